@@ -19,7 +19,8 @@ key                                    type    meaning                          
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
 ``P:tenant:vfinish``                   hash    tenant -> virtual finish time (fair queuing)      scripts
 ``P:tenant:queued``                    hash    tenant -> tickets queued now                      scripts
-``P:stats``                            hash    counters: granted, drained time, ...              scripts
+``P:stats``                            hash    counters: granted, ...                            scripts
+``P:epoch``                            string  set once per Redis lifetime (detects data loss)   scripts
 ``triage:predictor:<name>``            hash    shared weights of the online length predictor     predictor
 =====================================  ======  ================================================  =========
 
@@ -95,6 +96,10 @@ class PoolKeys:
     @property
     def stats(self) -> str:
         return f"{self.base}:stats"
+
+    @property
+    def epoch(self) -> str:
+        return f"{self.base}:epoch"
 
 
 def predictor_key(name: str = "default", prefix: str = DEFAULT_PREFIX) -> str:

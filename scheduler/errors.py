@@ -1,0 +1,55 @@
+"""The scheduler's errors, one hierarchy. The gateway maps each to an HTTP answer.
+
+    SchedulerError
+     ├── Rejected            refused before it was queued (nothing to undo)
+     │    ├── QueueFull      the pool's or the tenant's queue is at its bound -> 429
+     │    └── NoBackend      no backend serves the model -> 404 / 503
+     ├── Evicted             taken out of the queue after it was admitted
+     │    ├── DeadlineExceeded  waited longer than its deadline -> 504
+     │    └── Shed           pushed out for more urgent work -> 429
+     └── SchedulerUnavailable   Redis cannot be reached -> 503
+
+``outcome`` is a low-cardinality label for metrics.
+"""
+
+from __future__ import annotations
+
+
+class SchedulerError(Exception):
+    outcome = "error"
+
+
+class Rejected(SchedulerError):
+    outcome = "rejected"
+
+
+class QueueFull(Rejected):
+    outcome = "queue_full"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class NoBackend(Rejected):
+    outcome = "no_backend"
+
+
+class Evicted(SchedulerError):
+    outcome = "evicted"
+
+
+class DeadlineExceeded(Evicted):
+    outcome = "deadline"
+
+
+class Shed(Evicted):
+    outcome = "shed"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class SchedulerUnavailable(SchedulerError):
+    outcome = "unavailable"

@@ -1,0 +1,12 @@
+-- Take a ticket out of the queue (its client left, or its replica gave up on it).
+-- KEYS[1]: pool base. ARGV: ticket id
+-- Returns 1 if the ticket was still queued, 0 if it was already granted or gone.
+local base = KEYS[1]
+local tid = ARGV[1]
+local packed = redis.call('HGET', base .. ':tickets', tid)
+if not packed then
+  return 0
+end
+local tenant = string.match(packed, '^[^|]*|[^|]*|([^|]*)')
+drop_ticket(base, tid, tenant)
+return 1

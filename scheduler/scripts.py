@@ -1,0 +1,123 @@
+"""One typed wrapper per Lua script. The only module that knows the scripts' ARGV order.
+
+Scripts live in ``scheduler/lua/``; ``_dispatch.lua`` holds the functions shared by
+every script that can grant work and is prepended to them, so each call is one
+atomic unit. redis-py's ``Script`` runs them by SHA and reloads them by itself
+after a Redis restart (NOSCRIPT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+
+from .keys import PoolKeys
+
+
+def _source(name: str) -> str:
+    return (resources.files("scheduler") / "lua" / name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What a script tells a replica about one of its tickets."""
+
+    kind: str  # "G" granted, "E" evicted
+    ticket: str
+    detail: str  # the backend for a grant, the reason for an eviction
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Message:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        kind, ticket, detail = text.split("|", 2)
+        return cls(kind, ticket, detail)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    status: int  # 1 queued, -1 pool queue full, -2 tenant queue full
+    queue_len: int
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class TicketSpec:
+    """The fields of a ticket that go to Redis (never the prompt)."""
+
+    id: str
+    model: str
+    tenant: str
+    cls: str
+    predicted: int
+    timeout_s: float  # 0: no deadline
+    tier: str
+    slack_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    lease_ttl_s: float
+    owner_ttl_s: float
+    max_scan: int
+
+
+class Scripts:
+    """The scheduler's Lua scripts, registered once per Redis client."""
+
+    def __init__(self, redis: Redis, timing: Timing) -> None:
+        lib = _source("_dispatch.lua")
+        self._timing = timing
+        self._enqueue = redis.register_script(lib + _source("enqueue.lua"))
+        self._release = redis.register_script(lib + _source("release.lua"))
+        self._cancel = redis.register_script(lib + _source("cancel.lua"))
+        self._heartbeat = redis.register_script(lib + _source("heartbeat.lua"))
+        self._backend = redis.register_script(lib + _source("backend.lua"))
+
+    def _common(self, me: str) -> list[Any]:
+        t = self._timing
+        return [me, t.lease_ttl_s, t.owner_ttl_s, t.max_scan]
+
+    async def enqueue(
+        self, keys: PoolKeys, me: str, ticket: TicketSpec, max_queue: int, max_tenant_queue: int
+    ) -> EnqueueResult:
+        t = self._timing
+        raw = await self._enqueue(
+            keys=[keys.base],
+            args=[
+                me, ticket.id, ticket.model, ticket.tenant, ticket.cls, ticket.predicted,
+                ticket.timeout_s, ticket.tier, ticket.slack_s, max_queue, max_tenant_queue,
+                t.lease_ttl_s, t.owner_ttl_s, t.max_scan,
+            ],
+        )
+        return EnqueueResult(int(raw[0]), int(raw[1]), [Message.parse(m) for m in raw[2:]])
+
+    async def release(self, keys: PoolKeys, me: str, lease: str) -> list[Message]:
+        t = self._timing
+        raw = await self._release(
+            keys=[keys.base], args=[me, lease, t.lease_ttl_s, t.owner_ttl_s, t.max_scan]
+        )
+        return [Message.parse(m) for m in raw]
+
+    async def cancel(self, keys: PoolKeys, ticket: str) -> bool:
+        return bool(await self._cancel(keys=[keys.base], args=[ticket]))
+
+    async def heartbeat(
+        self, keys: PoolKeys, me: str, leases: dict[str, str]
+    ) -> tuple[str, list[Message]]:
+        """Returns this Redis's epoch and the messages for me."""
+        args = self._common(me)
+        for lease, backend in leases.items():
+            args += [lease, backend]
+        raw = await self._heartbeat(keys=[keys.base], args=args)
+        epoch = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
+        return epoch, [Message.parse(m) for m in raw[1:]]
+
+    async def set_backend(
+        self, keys: PoolKeys, me: str, name: str, limit: int, down: bool, models: list[str]
+    ) -> list[Message]:
+        args = self._common(me) + [name, limit, 1 if down else 0, *models]
+        raw = await self._backend(keys=[keys.base], args=args)
+        return [Message.parse(m) for m in raw]

@@ -1,0 +1,176 @@
+"""The shared queue against a real Redis-protocol server: grants, order, cancel, leases."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from redis.asyncio import Redis
+
+from scheduler.dispatcher import Dispatcher, Grant, QueueLimits
+from scheduler.errors import DeadlineExceeded, QueueFull
+from scheduler.keys import PoolKeys
+from scheduler.scripts import Scripts, TicketSpec, Timing
+
+POOL = "m"
+
+
+def spec(slack: float = 0.0, timeout: float = 0.0, tenant: str = "default") -> TicketSpec:
+    return TicketSpec(uuid.uuid4().hex, "m", tenant, "short", 10, timeout, "interactive", slack)
+
+
+@pytest.fixture
+async def make(redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Dispatcher]]:
+    made: list[tuple[Dispatcher, Redis, Redis]] = []
+
+    def build(
+        lease_ttl: float = 30.0, limits: QueueLimits | None = None, start: bool = True, hb: float = 0.2
+    ) -> Dispatcher:
+        redis, listen = Redis.from_url(redis_url), Redis.from_url(redis_url)
+        scripts = Scripts(redis, Timing(lease_ttl_s=lease_ttl, owner_ttl_s=max(1.0, 3 * hb), max_scan=64))
+        d = Dispatcher(redis, listen, scripts, prefix, uuid.uuid4().hex[:8], [POOL], limits or QueueLimits(), hb)
+        d.scripts = scripts  # type: ignore[attr-defined]
+        made.append((d, redis, listen))
+        return d
+
+    yield build
+    for d, redis, listen in made:
+        await d.stop()
+        await redis.aclose()
+        await listen.aclose()
+
+
+async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
+    await d.scripts.set_backend(d.keys(POOL), d.owner, name, limit, False, ["m"])  # type: ignore[attr-defined]
+
+
+async def busy(redis: Redis, prefix: str, backend: str = "b1") -> int:
+    return int(await redis.hget(PoolKeys(prefix, POOL).busy, backend) or 0)
+
+
+async def test_grant_at_once_and_release(make, redis, prefix) -> None:
+    d = make()
+    await d.start()
+    await add_backend(d, limit=2)
+    grant = await d.acquire(spec(), POOL)
+    assert grant.backend == "b1"
+    assert await busy(redis, prefix) == 1
+    await d._release(POOL, grant.ticket)
+    assert await busy(redis, prefix) == 0
+
+
+async def test_release_grants_next_in_score_order(make, redis, prefix) -> None:
+    d = make()
+    await d.start()
+    await add_backend(d, limit=1)
+    first = await d.acquire(spec(), POOL)
+    order: list[str] = []
+
+    async def wait(s: TicketSpec, label: str) -> Grant:
+        g = await d.acquire(s, POOL)
+        order.append(label)
+        d.release_soon(g)
+        return g
+
+    long_t = asyncio.create_task(wait(spec(slack=30), "long"))
+    await asyncio.sleep(0)
+    while d.queued_here < 1:
+        await asyncio.sleep(0.01)
+    short_t = asyncio.create_task(wait(spec(slack=1), "short"))
+    while d.queued_here < 2:
+        await asyncio.sleep(0.01)
+    d.release_soon(first)
+    await asyncio.gather(long_t, short_t)
+    assert order == ["short", "long"]
+
+
+async def test_queue_full_is_rejected(make) -> None:
+    d = make(limits=QueueLimits(max_queue=1))
+    await d.start()
+    await add_backend(d, limit=1)
+    await d.acquire(spec(), POOL)
+    waiting = asyncio.create_task(d.acquire(spec(), POOL))
+    while d.queued_here < 1:
+        await asyncio.sleep(0.01)
+    with pytest.raises(QueueFull) as err:
+        await d.acquire(spec(), POOL)
+    assert err.value.retry_after_s >= 1
+    waiting.cancel()
+
+
+async def test_cancelled_waiter_leaves_the_queue(make, redis, prefix) -> None:
+    d = make()
+    await d.start()
+    await add_backend(d, limit=1)
+    held = await d.acquire(spec(), POOL)
+    waiting = asyncio.create_task(d.acquire(spec(), POOL))
+    keys = PoolKeys(prefix, POOL)
+    while await redis.zcard(keys.queue) < 1:
+        await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    while await redis.zcard(keys.queue) > 0:
+        await asyncio.sleep(0.01)
+    d.release_soon(held)
+    while await busy(redis, prefix) > 0:
+        await asyncio.sleep(0.01)
+    assert await redis.hlen(keys.tickets) == 0
+
+
+async def test_deadline_evicts(make) -> None:
+    d = make()
+    await d.start()
+    await add_backend(d, limit=1)
+    await d.acquire(spec(), POOL)
+    with pytest.raises(DeadlineExceeded):
+        await d.acquire(spec(timeout=0.2), POOL)
+
+
+async def test_grant_crosses_replicas_through_the_inbox(make, redis, prefix) -> None:
+    a, b = make(), make()
+    await a.start()
+    await b.start()
+    await add_backend(a, limit=1)
+    held = await a.acquire(spec(), POOL)
+    waiting = asyncio.create_task(b.acquire(spec(), POOL))
+    while b.queued_here < 1:
+        await asyncio.sleep(0.01)
+    a.release_soon(held)  # a's release dispatches b's ticket: pushed to b's inbox
+    grant = await asyncio.wait_for(waiting, 10)
+    assert grant.backend == "b1"
+    assert await busy(redis, prefix) == 1
+
+
+async def test_dead_replica_slots_come_back(make, redis, prefix) -> None:
+    dead = make(lease_ttl=0.5)
+    await add_backend(dead, limit=1)
+    await dead.acquire(spec(), POOL)  # never started: never renews its lease
+    assert await busy(redis, prefix) == 1
+    alive = make(lease_ttl=0.5)
+    await alive.start()
+    grant = await asyncio.wait_for(alive.acquire(spec(), POOL), 10)  # heartbeat sweeps, then grants
+    assert grant.backend == "b1"
+
+
+async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
+    d = make()
+    await d.start()
+    await add_backend(d, limit=1)
+    held = await d.acquire(spec(), POOL)
+    waiting = asyncio.create_task(d.acquire(spec(), POOL))
+    keys = PoolKeys(prefix, POOL)
+    while await redis.zcard(keys.queue) < 1:
+        await asyncio.sleep(0.01)
+    await d.heartbeat(POOL)
+    async for key in redis.scan_iter(match=f"{keys.base}:*"):
+        await redis.delete(key)  # as a restarted Redis without persistence would be
+    await add_backend(d, limit=1)
+    await d.heartbeat(POOL)  # recreates the held lease and requeues the waiter
+    assert await busy(redis, prefix) == 1
+    assert await redis.zcard(keys.queue) == 1
+    d.release_soon(held)
+    grant = await asyncio.wait_for(waiting, 10)
+    assert grant.backend == "b1"

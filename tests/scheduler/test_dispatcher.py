@@ -22,16 +22,22 @@ def spec(slack: float = 0.0, timeout: float = 0.0, tenant: str = "default") -> T
 
 
 @pytest.fixture
-async def make(redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Dispatcher]]:
+async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(any_redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Dispatcher]]:
     made: list[tuple[Dispatcher, Redis, Redis]] = []
 
     def build(
         lease_ttl: float = 30.0, limits: QueueLimits | None = None, start: bool = True, hb: float = 0.2
     ) -> Dispatcher:
-        redis, listen = Redis.from_url(redis_url), Redis.from_url(redis_url)
+        redis, listen = Redis.from_url(any_redis_url), Redis.from_url(any_redis_url)
         scripts = Scripts(redis, Timing(lease_ttl_s=lease_ttl, owner_ttl_s=max(1.0, 3 * hb), max_scan=64))
         d = Dispatcher(redis, listen, scripts, prefix, uuid.uuid4().hex[:8], [POOL], limits or QueueLimits(), hb)
-        d.scripts = scripts  # type: ignore[attr-defined]
         made.append((d, redis, listen))
         return d
 
@@ -43,7 +49,7 @@ async def make(redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Dispa
 
 
 async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
-    await d.scripts.set_backend(d.keys(POOL), d.owner, name, limit, False, ["m"])  # type: ignore[attr-defined]
+    await d.publish_backend(POOL, name, limit, False, ["m"])
 
 
 async def busy(redis: Redis, prefix: str, backend: str = "b1") -> int:

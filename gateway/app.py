@@ -1,0 +1,102 @@
+"""``create_app(settings)``: the one place the gateway's parts are wired together."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from redis.asyncio import Redis
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from scheduler.backends import BackendConfig, BackendRegistry
+from scheduler.classify import Classifier, PriorPredictor
+from scheduler.dispatcher import Dispatcher, QueueLimits
+from scheduler.policy import PolicyParams
+from scheduler.scripts import Scripts, Timing
+from scheduler.types import ClassThresholds
+
+from .auth import Authenticator
+from .errors import GatewayError
+from .proxy import Proxy
+from .routes import router
+from .settings import Settings
+from .state import Gateway
+from .upstream import Upstream, make_client
+
+
+def backend_configs(settings: Settings) -> list[BackendConfig]:
+    return [
+        BackendConfig(
+            name=b.name, url=b.url, pool=b.pool, max_concurrency=b.max_concurrency,
+            models=tuple(b.models) if b.models is not None else None, api_key=b.api_key,
+        )
+        for b in settings.backends
+    ]
+
+
+def policy_params(settings: Settings) -> PolicyParams:
+    return PolicyParams(
+        max_slack_s=settings.max_slack_s,
+        slack_per_token_s=settings.slack_per_token_s,
+        tier_offsets_s={
+            tier: 0.0 if i == 0 else settings.batch_tier_offset_s * i for i, tier in enumerate(settings.tiers)
+        },
+    )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    if not settings.redis_url:
+        raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        redis = Redis.from_url(settings.redis_url, health_check_interval=10)
+        listen = Redis.from_url(settings.redis_url)  # its own connection for blocking BLPOP
+        client = make_client(settings.upstream_timeout_s)
+        timing = Timing(settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64)
+        scripts = Scripts(redis, timing)
+        configs = backend_configs(settings)
+        pools = {c.pool for c in configs}
+        dispatcher = Dispatcher(
+            redis, listen, scripts, settings.key_prefix, f"r{uuid.uuid4().hex[:12]}", pools,
+            QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
+        )
+        registry = BackendRegistry(configs, client, dispatcher, settings.probe_interval_s)
+        classifier = Classifier(
+            PriorPredictor(), settings.policy, policy_params(settings),
+            ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),
+        )
+        gateway = Gateway(
+            settings, redis, dispatcher, registry, Authenticator(settings),
+            Proxy(dispatcher, registry, classifier, Upstream(client)),
+        )
+        app.state.gateway = gateway
+        await dispatcher.start()
+        await registry.start()
+        try:
+            yield
+        finally:
+            await registry.stop()
+            await dispatcher.stop()
+            await client.aclose()
+            await listen.aclose()
+            await redis.aclose()
+
+    app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(router)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        message = "Not found." if exc.status_code == 404 else str(exc.detail)
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return GatewayError(exc.status_code, message, type_).response()
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return GatewayError(400, str(exc.errors()[0].get("msg", "invalid request"))).response()
+
+    return app

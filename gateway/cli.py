@@ -1,0 +1,138 @@
+"""The ``triage`` command: ``serve``, ``sim``, ``predictor eval``.
+
+``serve`` with no ``redis_url`` starts an embedded Valkey; with no backends, one
+simulated backend. Ctrl-C stops the gateway and everything it started. A
+configuration error prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from contextlib import ExitStack
+
+import redis
+
+from .settings import BackendSettings, ConfigError, Settings, load_settings
+
+
+def _check_redis(url: str) -> None:
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except (redis.RedisError, ValueError) as exc:
+        raise ConfigError(f"redis_url: cannot reach {url} ({exc})") from None
+
+
+def _banner(settings: Settings, embedded: list[str]) -> str:
+    base = f"http://{settings.host}:{settings.port}"
+    model = settings.backends[0].models[0] if settings.backends and settings.backends[0].models else "<model>"
+    lines = [
+        "",
+        f"Triage gateway on {base}  (policy: {settings.policy.value})",
+        *[f"  {line}" for line in embedded],
+        "",
+        "Try it:",
+        f"  curl {base}/v1/chat/completions -H 'content-type: application/json' \\",
+        f"    -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
+        "",
+        "  python -c \"from openai import OpenAI; c = OpenAI(base_url='" + base + "/v1', api_key='none'); "
+        f"print(c.chat.completions.create(model='{model}', "
+        "messages=[{'role': 'user', 'content': 'Hello'}]).choices[0].message.content)\"",
+        "",
+        "Ctrl-C stops it.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+    from .embedded import EmbeddedRedis, EmbeddedSimulator
+
+    settings = load_settings(args.config, host=args.host, port=args.port, policy=args.policy)
+    embedded: list[str] = []
+    with ExitStack() as stack:
+        if not settings.redis_url:
+            server = EmbeddedRedis()
+            url = server.start()
+            stack.callback(server.stop)
+            settings = settings.model_copy(update={"redis_url": url})
+            embedded.append(f"embedded Redis-protocol server (Valkey) at {url}; state is not kept")
+        else:
+            _check_redis(settings.redis_url)
+        if not settings.backends:
+            sim = EmbeddedSimulator(settings.simulator_profile, settings.simulator_model)
+            stack.callback(sim.stop)
+            url = sim.start()
+            backend = BackendSettings(name="sim", url=url, models=[settings.simulator_model], max_concurrency=64)
+            settings = settings.model_copy(update={"backends": [backend]})
+            embedded.append(
+                f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
+            )
+        print(_banner(settings, embedded), flush=True)
+        uvicorn.run(
+            create_app(settings), host=settings.host, port=settings.port, log_level="info",
+            access_log=settings.access_log, timeout_graceful_shutdown=10,
+        )
+    return 0
+
+
+def sim(args: argparse.Namespace) -> int:
+    from simulator.server import run, settings_from_args
+
+    run(settings_from_args(args))
+    return 0
+
+
+def predictor(args: argparse.Namespace) -> int:
+    from scheduler.predictor_eval import main as eval_main
+
+    return eval_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from simulator.server import add_arguments
+
+    parser = argparse.ArgumentParser(prog="triage", description="Priority-scheduling gateway for LLM inference")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the gateway")
+    p.add_argument("--config", default=None, help="YAML config file (default: $TRIAGE_CONFIG)")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--policy", choices=["fifo", "short_first", "strict_priority", "oracle"], default=None)
+    p.set_defaults(func=serve)
+
+    p = sub.add_parser("sim", help="run one simulated GPU backend")
+    add_arguments(p)
+    p.set_defaults(func=sim)
+
+    p = sub.add_parser("predictor", help="the output-length predictor")
+    psub = p.add_subparsers(dest="action", required=True)
+    e = psub.add_parser("eval", help="train on files, report on another", add_help=False)
+    e.add_argument("rest", nargs=argparse.REMAINDER)
+    e.set_defaults(func=predictor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if getattr(args, "config", None) is None and "TRIAGE_CONFIG" in os.environ:
+        args.config = os.environ["TRIAGE_CONFIG"]
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"triage: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

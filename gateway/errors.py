@@ -1,0 +1,68 @@
+"""Gateway errors and their OpenAI-style bodies: ``{"error": {message, type, param, code}}``.
+
+Every failure a client can see is a ``GatewayError`` by the time it reaches a route;
+``from_scheduler`` is the one place scheduler errors become HTTP answers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+from starlette.responses import Response
+
+from scheduler import errors as sched
+
+
+class GatewayError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.param = param
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type, self.code, self.param)
+
+    def response(self, request_id: str | None = None) -> Response:
+        headers = {}
+        if request_id:
+            headers["x-request-id"] = request_id
+        if self.retry_after_s is not None:
+            headers["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
+        return Response(self.body(), self.status, headers=headers, media_type="application/json")
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> GatewayError:
+    return GatewayError(400, message, param=param, code=code)
+
+
+def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
+    if isinstance(exc, sched.QueueFull):
+        return GatewayError(429, str(exc), "rate_limit_error", "queue_full", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, sched.Shed):
+        return GatewayError(429, str(exc), "rate_limit_error", "shed", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, sched.DeadlineExceeded):
+        return GatewayError(504, str(exc), "timeout_error", "queue_timeout")
+    if isinstance(exc, sched.NoBackend):
+        return GatewayError(503, str(exc), "service_unavailable", "no_backend", retry_after_s=5)
+    return GatewayError(503, str(exc), "service_unavailable", "scheduler_unavailable", retry_after_s=2)
+
+
+def upstream_failed(detail: str) -> GatewayError:
+    return GatewayError(502, f"the inference backend failed: {detail}", "upstream_error", "bad_gateway")

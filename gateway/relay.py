@@ -1,0 +1,127 @@
+"""Relay a backend's SSE stream to the client, unchanged but for the usage chunk.
+
+Chunks are forwarded as whole SSE events, byte for byte: nothing is decoded or
+re-encoded except an event that carries a non-null ``usage`` (one per stream), which
+is parsed for the token count and dropped when the client did not ask for it.
+
+``RelayResponse`` owns the upstream response: whatever ends the stream (its end, the
+client leaving, an error), the upstream connection is closed — engines abort on
+that — and ``on_done`` runs once, outside any cancelled scope.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+import orjson
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .errors import error_body
+from .upstream import describe
+
+_USAGE_MARKS = (b'"usage":{', b'"usage": {')
+
+
+@dataclass(slots=True)
+class StreamStats:
+    """What the relay saw; read by ``on_done``."""
+
+    started: float = field(default_factory=time.monotonic)
+    first_chunk_at: float | None = None  # first content-bearing event
+    events: int = 0  # data events relayed, [DONE] excluded
+    usage: dict[str, int] | None = None
+    error: str | None = None  # set when the stream broke mid-way
+    client_gone: bool = False
+    completed: bool = False  # reached the end of the upstream stream
+
+
+def _is_usage_only(event: bytes) -> bool:
+    return b'"choices":[]' in event or b'"choices": []' in event
+
+
+def _has_usage(block: bytes) -> bool:
+    return _USAGE_MARKS[0] in block or _USAGE_MARKS[1] in block
+
+
+async def relay_events(
+    response: httpx.Response, keep_usage: bool, stats: StreamStats
+) -> AsyncIterator[bytes]:
+    pending = b""
+    try:
+        async for chunk in response.aiter_raw():
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n\n")
+            if cut < 0:
+                pending = data
+                continue
+            block, pending = data[: cut + 2], data[cut + 2 :]
+            if _has_usage(block):
+                block = _take_usage(block, keep_usage, stats)
+            if block:
+                if stats.first_chunk_at is None:
+                    stats.first_chunk_at = time.monotonic()
+                stats.events += block.count(b"data: {")
+                yield block
+        if pending.strip():
+            yield pending
+        stats.completed = True
+    except httpx.HTTPError as exc:
+        stats.error = describe(exc)
+        message = f"the inference backend failed mid-stream: {stats.error}"
+        yield b"data: " + error_body(message, "upstream_error", "stream_broken") + b"\n\n"
+
+
+def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
+    out: list[bytes] = []
+    for event in block.split(b"\n\n"):
+        if not event:
+            continue
+        if _has_usage(event) and event.startswith(b"data: "):
+            try:
+                usage = orjson.loads(event[6:]).get("usage")
+            except orjson.JSONDecodeError:
+                usage = None
+            if isinstance(usage, dict):
+                stats.usage = usage
+            if not keep_usage and _is_usage_only(event):
+                continue
+        out.append(event + b"\n\n")
+    return b"".join(out)
+
+
+class RelayResponse(StreamingResponse):
+    """A streaming response that always closes its upstream and reports once."""
+
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        keep_usage: bool,
+        headers: dict[str, str],
+        on_done: Callable[[StreamStats], Awaitable[None]],
+    ) -> None:
+        self.stats = StreamStats()
+        self._upstream = upstream
+        self._on_done = on_done
+        super().__init__(
+            relay_events(upstream, keep_usage, self.stats),
+            status_code=upstream.status_code,
+            headers=headers,
+            media_type="text/event-stream",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except OSError:
+            self.stats.client_gone = True
+        finally:
+            if not self.stats.completed and self.stats.error is None:
+                self.stats.client_gone = True
+            with anyio.CancelScope(shield=True):
+                await self._upstream.aclose()
+                await self._on_done(self.stats)

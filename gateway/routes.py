@@ -1,0 +1,97 @@
+"""The HTTP surface: OpenAI-compatible endpoints, health and readiness.
+
+Handlers take the raw ``Request`` (no pydantic body models on the hot path), turn
+every failure into an OpenAI-style error, and hand the work to ``Proxy``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from .errors import GatewayError
+from .proxy import ClientGone, RequestContext, new_request_id
+from .schemas import Endpoint, parse, parse_int_header
+from .state import Gateway
+
+router = APIRouter()
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status, media_type="application/json")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise GatewayError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _inference(request: Request, endpoint: Endpoint) -> Response:
+    gw: Gateway = request.app.state.gateway
+    request_id = new_request_id()
+    headers = request.headers
+    try:
+        principal = gw.auth.authenticate(headers.get("authorization"))
+        raw = await _read_body(request, gw.settings.max_body_bytes)
+        req = parse(raw, endpoint, gw.settings.max_tokens_limit)
+        timeout_ms = parse_int_header(headers.get("x-triage-timeout-ms"), "x-triage-timeout-ms")
+        ctx = RequestContext(
+            request_id=request_id,
+            principal=principal,
+            tier=gw.auth.tier(principal, headers.get("x-triage-priority")),
+            hint=parse_int_header(headers.get("x-triage-expected-tokens"), "x-triage-expected-tokens"),
+            oracle_tokens=parse_int_header(headers.get("x-triage-oracle-tokens"), "x-triage-oracle-tokens"),
+            timeout_s=timeout_ms / 1000 if timeout_ms is not None else gw.settings.queue_timeout_s,
+        )
+        return await gw.proxy.handle(request, req, ctx)
+    except GatewayError as exc:
+        return exc.response(request_id)
+    except ClientGone:
+        return Response(status_code=499, headers={"x-request-id": request_id})
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    return await _inference(request, Endpoint.CHAT)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    return await _inference(request, Endpoint.COMPLETIONS)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    try:
+        gw.auth.authenticate(request.headers.get("authorization"))
+    except GatewayError as exc:
+        return exc.response()
+    now = int(time.time())
+    data = [{"id": m, "object": "model", "created": now, "owned_by": "triage"} for m in gw.registry.models()]
+    return _json({"object": "list", "data": data})
+
+
+@router.get("/health")
+async def health() -> Response:
+    return _json({"status": "ok"})
+
+
+@router.get("/ready")
+async def ready(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    redis_ok = await gw.redis_ok()
+    backends_ok = gw.registry.any_healthy()
+    body = {"ready": redis_ok and backends_ok, "redis": redis_ok, "backends": backends_ok}
+    return _json(body, 200 if body["ready"] else 503)

@@ -1,0 +1,149 @@
+"""Only the OpenAI request fields the gateway reads or writes; everything else passes through.
+
+The body is parsed once (orjson). It is forwarded byte for byte unless the gateway
+must change a field (``stream_options.include_usage``), and then re-encoded once.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import GatewayError, bad_request
+
+
+class Endpoint(enum.StrEnum):
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+
+    @property
+    def operation(self) -> str:
+        """The OpenTelemetry GenAI operation name."""
+        return "chat" if self is Endpoint.CHAT else "text_completion"
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    endpoint: Endpoint
+    model: str
+    stream: bool
+    include_usage: bool  # the client asked for the usage chunk
+    max_tokens: int | None
+    prompt: str  # last user message (chat) or the prompt (completions), for the predictor
+    system: str
+    prompt_chars: int
+    n_messages: int
+    body: dict[str, Any]
+    raw: bytes
+
+    def upstream_body(self, priority: int | None = None) -> bytes:
+        """The bytes to send upstream: the client's own unless a field must change."""
+        changes: dict[str, Any] = {}
+        if self.stream and not self.include_usage:
+            options = dict(self.body.get("stream_options") or {})
+            options["include_usage"] = True
+            changes["stream_options"] = options
+        if priority is not None:
+            changes["priority"] = priority
+        if not changes:
+            return self.raw
+        return orjson.dumps({**self.body, **changes})
+
+
+def _text(content: Any) -> str:
+    """Text of a message's content: a string, or the text parts of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _max_tokens(body: dict[str, Any], limit: int) -> int | None:
+    value = None
+    param = "max_tokens"
+    for field in ("max_completion_tokens", "max_tokens"):
+        if body.get(field) is not None:
+            value, param = body[field], field
+            break
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"'{param}' must be an integer", param, "invalid_type")
+    if value < 1:
+        raise bad_request(f"'{param}' must be at least 1, got {value}", param, "invalid_value")
+    if value > limit:
+        raise bad_request(f"'{param}' of {value} is above this gateway's limit of {limit}", param, "invalid_value")
+    return value
+
+
+def _chat_prompt(body: dict[str, Any]) -> tuple[str, str, int, int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array of messages", "messages")
+    system, last_user, chars = "", "", 0
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise bad_request(f"messages[{i}] must be an object with a 'role'", f"messages[{i}]")
+        text = _text(msg.get("content"))
+        chars += len(text)
+        if msg["role"] in ("system", "developer") and not system:
+            system = text
+        elif msg["role"] == "user":
+            last_user = text
+    return last_user, system, chars, len(messages)
+
+
+def _completion_prompt(body: dict[str, Any]) -> tuple[str, str, int, int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt, "", len(prompt), 1
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return prompt[0], "", sum(len(p) for p in prompt), len(prompt)
+        if all(isinstance(p, int) for p in prompt) or all(isinstance(p, list) for p in prompt):
+            return "", "", 4 * len(prompt), 1  # token ids: no text to read
+    raise bad_request("'prompt' must be a string or an array of strings or token ids", "prompt")
+
+
+def parse(raw: bytes, endpoint: Endpoint, max_tokens_limit: int) -> InferenceRequest:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad_request(
+            "We could not parse the JSON body of your request. The body must be valid JSON.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("You must provide a model parameter.", "model", "missing_model")
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean", "stream", "invalid_type")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object", "stream_options", "invalid_type")
+    include_usage = bool(options and options.get("include_usage"))
+    max_tokens = _max_tokens(body, max_tokens_limit)
+    extract = _chat_prompt if endpoint is Endpoint.CHAT else _completion_prompt
+    prompt, system, chars, n = extract(body)
+    return InferenceRequest(
+        endpoint, model, bool(stream), include_usage, max_tokens, prompt, system, chars, n, body, raw
+    )
+
+
+def parse_int_header(value: str | None, name: str, minimum: int = 1) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise GatewayError(400, f"header {name} must be an integer", param=name) from None
+    if number < minimum:
+        raise GatewayError(400, f"header {name} must be at least {minimum}", param=name)
+    return number

@@ -1,0 +1,147 @@
+"""Typed configuration, parsed once at the edge and passed down.
+
+Sources, later ones winning: defaults, the YAML file (``--config`` or ``TRIAGE_CONFIG``),
+environment variables (``TRIAGE_<KEY>``; nested values as JSON, e.g.
+``TRIAGE_BACKENDS='[{"name": "a", "url": "http://127.0.0.1:9001"}]'``), then the
+command line flags. Unknown keys are errors. ``ConfigError`` carries one line that
+names the offending key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from scheduler.policy import PolicyName
+
+
+class ConfigError(Exception):
+    """A configuration problem, as one line for a person to read."""
+
+
+class BackendSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    url: str  # base URL of an OpenAI-compatible server, without /v1
+    models: list[str] | None = None  # omitted: discovered from its /v1/models
+    max_concurrency: int = Field(default=32, ge=1, le=100_000)
+    api_key: str | None = None  # sent upstream instead of the client's key
+    pool: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL such as http://127.0.0.1:9001")
+        return value.rstrip("/").removesuffix("/v1")
+
+
+class ApiKeySettings(BaseModel):
+    """One client key. Only its SHA-256 is configured, never the key itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
+    tier: str = "interactive"
+    admin: bool = False
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRIAGE_", extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    redis_url: str | None = None  # omitted: an embedded Valkey server is started
+    key_prefix: str = Field(default="triage", pattern=r"^[A-Za-z0-9_.:-]+$")
+    policy: PolicyName = PolicyName.SHORT_FIRST
+    allow_oracle: bool = False  # the oracle policy trusts a header: benchmarks only
+    backends: list[BackendSettings] = Field(default_factory=list)
+    api_keys: list[ApiKeySettings] = Field(default_factory=list)
+    tiers: list[str] = Field(default_factory=lambda: ["interactive", "batch"])
+
+    # queueing
+    max_queue: int = Field(default=10_000, ge=0)  # per pool; 0: unbounded
+    max_tenant_queue: int = Field(default=0, ge=0)  # per tenant and pool; 0: unbounded
+    queue_timeout_s: float = Field(default=300.0, ge=0)  # 0: wait forever
+    max_slack_s: float = Field(default=30.0, ge=0)  # the starvation bound
+    slack_per_token_s: float = Field(default=0.02, ge=0)
+    batch_tier_offset_s: float = Field(default=60.0, ge=0)
+    short_max_tokens: int = Field(default=256, ge=1)
+    medium_max_tokens: int = Field(default=1024, ge=1)
+
+    # leases and liveness
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    heartbeat_s: float = Field(default=2.0, gt=0)
+    probe_interval_s: float = Field(default=2.0, gt=0)
+
+    # requests
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_tokens_limit: int = Field(default=1_000_000, ge=1)
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    access_log: bool = False
+
+    # embedded defaults (no backends configured)
+    simulator_profile: str = "llama-8b-h100"
+    simulator_model: str = "sim-model"
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        names = [b.name for b in self.backends]
+        if len(names) != len(set(names)):
+            raise ValueError("backend names must be unique")
+        for key in self.api_keys:
+            if key.tier not in self.tiers:
+                raise ValueError(f"api key tier '{key.tier}' is not one of tiers {self.tiers}")
+        if self.short_max_tokens > self.medium_max_tokens:
+            raise ValueError("short_max_tokens must not exceed medium_max_tokens")
+        if self.policy is PolicyName.ORACLE and not self.allow_oracle:
+            raise ValueError("policy 'oracle' trusts a client header; set allow_oracle: true to use it")
+        return self
+
+    @property
+    def keys_required(self) -> bool:
+        return bool(self.api_keys)
+
+
+def hash_key(key: str) -> str:
+    """The SHA-256 of a client key, as written in ``api_keys``."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _describe(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "config"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    return f"{loc}: {msg}"
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Defaults < YAML file < environment < ``overrides`` (flags). Raises ConfigError."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path}: not valid YAML ({exc.__class__.__name__})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: must be a mapping of keys to values")
+        data.update(loaded or {})
+    try:
+        env = Settings()  # defaults + environment; fields_set holds what the environment set
+        data.update(env.model_dump(include=env.model_fields_set))
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None

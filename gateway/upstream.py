@@ -1,0 +1,77 @@
+"""Calls to backends over httpx. The one place httpx errors become gateway errors.
+
+One pooled ``AsyncClient`` serves every backend (keep-alive connections per host).
+Streams are opened with ``send(stream=True)`` so the status is known before the
+client's response starts; the caller must close them (``RelayResponse`` does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from scheduler.backends import BackendConfig
+
+
+class UpstreamError(Exception):
+    """The backend could not be reached or broke before answering."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    backend: BackendConfig
+    path: str  # e.g. /v1/chat/completions
+    body: bytes
+    headers: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return f"{self.backend.url}{self.path}"
+
+
+def make_client(timeout_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=5.0, read=timeout_s, write=30.0, pool=None),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=30),
+        trust_env=False,  # loopback backends must not go through an HTTP proxy
+    )
+
+
+def headers_for(backend: BackendConfig, request_id: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Upstream headers: the backend's own key (never the client's) and our request id."""
+    headers = {"content-type": "application/json", "x-request-id": request_id}
+    if backend.api_key:
+        headers["authorization"] = f"Bearer {backend.api_key}"
+    if extra:
+        headers.update(extra)
+    return headers
+
+
+class Upstream:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def open(self, call: UpstreamCall, stream: bool) -> httpx.Response:
+        """Send the request; for streams, return once the status and headers are in."""
+        request = self.client.build_request("POST", call.url, content=call.body, headers=call.headers)
+        try:
+            response = await self.client.send(request, stream=True)
+            if not stream:
+                try:
+                    await response.aread()
+                finally:
+                    await response.aclose()
+            return response
+        except httpx.HTTPError as exc:
+            raise UpstreamError(describe(exc)) from exc
+
+
+def describe(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return "could not connect"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "closed the connection unexpectedly"
+    return exc.__class__.__name__

@@ -1,0 +1,63 @@
+"""From a request to its place in the queue: prediction -> class -> slack.
+
+The classifier owns no state of its own: the predictor learns, the policy is a pure
+function, and this module only puts them together for one request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .policy import PolicyName, PolicyParams, slack
+from .types import ClassThresholds, LengthClass, PredictInput, Prediction, PredictionSource
+
+
+class Predictor(Protocol):
+    def predict(self, inp: PredictInput) -> Prediction: ...
+
+    def observe(self, inp: PredictInput, actual_tokens: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    prediction: Prediction
+    cls: LengthClass
+    slack_s: float
+
+
+class PriorPredictor:
+    """Knows nothing but the client's hint and cap: a fixed prior otherwise."""
+
+    def __init__(self, prior_tokens: float = 256.0) -> None:
+        self._prior = prior_tokens
+
+    def predict(self, inp: PredictInput) -> Prediction:
+        if inp.hint is not None:
+            return Prediction(inp.hint, inp.hint, PredictionSource.HINT)
+        if inp.max_tokens is not None and inp.max_tokens < self._prior:
+            return Prediction(inp.max_tokens, inp.max_tokens, PredictionSource.CAP)
+        upper = self._prior * 4 if inp.max_tokens is None else min(self._prior * 4, inp.max_tokens)
+        return Prediction(self._prior, upper, PredictionSource.PRIOR)
+
+    def observe(self, inp: PredictInput, actual_tokens: int) -> None:
+        return None
+
+
+class Classifier:
+    def __init__(
+        self, predictor: Predictor, policy: PolicyName, params: PolicyParams, thresholds: ClassThresholds
+    ) -> None:
+        self.predictor = predictor
+        self.policy = policy
+        self._params = params
+        self._thresholds = thresholds
+
+    def place(self, inp: PredictInput, tier: str, true_tokens: int | None = None) -> Placement:
+        """``true_tokens`` is the oracle's input, honoured only under the oracle policy."""
+        if self.policy is PolicyName.ORACLE and true_tokens is not None:
+            prediction = Prediction(true_tokens, true_tokens, PredictionSource.ORACLE)
+        else:
+            prediction = self.predictor.predict(inp)
+        cls = self._thresholds.classify(prediction.tokens)
+        return Placement(prediction, cls, slack(self.policy, prediction.tokens, tier, self._params))

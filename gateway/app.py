@@ -45,6 +45,7 @@ def policy_params(settings: Settings) -> PolicyParams:
         tier_offsets_s={
             tier: 0.0 if i == 0 else settings.batch_tier_offset_s * i for i, tier in enumerate(settings.tiers)
         },
+        tenant_weights=dict(settings.tenant_weights),
     )
 
 
@@ -57,7 +58,10 @@ def create_app(settings: Settings) -> FastAPI:
         redis = Redis.from_url(settings.redis_url, health_check_interval=10)
         listen = Redis.from_url(settings.redis_url)  # its own connection for blocking BLPOP
         client = make_client(settings.upstream_timeout_s)
-        timing = Timing(settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64)
+        timing = Timing(
+            settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
+            max_slack_s=settings.max_slack_s,
+        )
         scripts = Scripts(redis, timing)
         configs = backend_configs(settings)
         pools = {c.pool for c in configs}

@@ -97,7 +97,8 @@ class Proxy:
         spec = TicketSpec(
             id=ctx.request_id, model=req.model, tenant=ctx.principal.tenant, cls=placement.cls.value,
             predicted=int(placement.prediction.tokens), timeout_s=ctx.timeout_s, tier=ctx.tier,
-            slack_s=placement.slack_s,
+            slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,
+            cost_s=placement.order.cost_s,
         )
         try:
             grant = await until_disconnect(request, self._dispatcher.acquire(spec, pool))

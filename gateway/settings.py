@@ -65,7 +65,8 @@ class Settings(BaseSettings):
     allow_oracle: bool = False  # the oracle policy trusts a header: benchmarks only
     backends: list[BackendSettings] = Field(default_factory=list)
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
-    tiers: list[str] = Field(default_factory=lambda: ["interactive", "batch"])
+    tiers: list[str] = Field(default_factory=lambda: ["interactive", "batch"])  # most urgent first
+    tenant_weights: dict[str, float] = Field(default_factory=dict)  # fair share; default 1
 
     # queueing
     max_queue: int = Field(default=10_000, ge=0)  # per pool; 0: unbounded
@@ -100,6 +101,9 @@ class Settings(BaseSettings):
         for key in self.api_keys:
             if key.tier not in self.tiers:
                 raise ValueError(f"api key tier '{key.tier}' is not one of tiers {self.tiers}")
+        for tenant, weight in self.tenant_weights.items():
+            if weight <= 0:
+                raise ValueError(f"tenant_weights.{tenant} must be above 0")
         if self.short_max_tokens > self.medium_max_tokens:
             raise ValueError("short_max_tokens must not exceed medium_max_tokens")
         if self.policy is PolicyName.ORACLE and not self.allow_oracle:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .policy import PolicyName, PolicyParams, slack
+from .policy import PolicyName, PolicyParams, QueueOrder, order
 from .types import ClassThresholds, LengthClass, PredictInput, Prediction, PredictionSource
 
 
@@ -23,7 +23,7 @@ class Predictor(Protocol):
 class Placement:
     prediction: Prediction
     cls: LengthClass
-    slack_s: float
+    order: QueueOrder
 
 
 class PriorPredictor:
@@ -53,6 +53,10 @@ class Classifier:
         self._params = params
         self._thresholds = thresholds
 
+    @property
+    def params(self) -> PolicyParams:
+        return self._params
+
     def place(self, inp: PredictInput, tier: str, true_tokens: int | None = None) -> Placement:
         """``true_tokens`` is the oracle's input, honoured only under the oracle policy."""
         if self.policy is PolicyName.ORACLE and true_tokens is not None:
@@ -60,4 +64,4 @@ class Classifier:
         else:
             prediction = self.predictor.predict(inp)
         cls = self._thresholds.classify(prediction.tokens)
-        return Placement(prediction, cls, slack(self.policy, prediction.tokens, tier, self._params))
+        return Placement(prediction, cls, order(self.policy, prediction.tokens, tier, inp.tenant, self._params))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .errors import DeadlineExceeded, QueueFull, SchedulerUnavailable
+from .errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
 from .keys import PoolKeys
 from .scripts import Message, Scripts, TicketSpec
 
@@ -53,6 +53,12 @@ class _Waiter:
     pool: str
     future: asyncio.Future[Grant]
     started: float
+
+
+def _eviction(reason: str) -> Exception:
+    if reason == "shed":
+        return Shed("the queue is full and this request was shed for more urgent work; retry later")
+    return DeadlineExceeded("request waited past its deadline in the queue")
 
 
 class Dispatcher:
@@ -201,9 +207,7 @@ class Dispatcher:
                 if self.on_grant is not None:
                     self.on_grant(grant)
             elif msg.kind == "E" and waiter is not None and not waiter.future.done():
-                waiter.future.set_exception(
-                    DeadlineExceeded("request waited past its deadline in the queue")
-                )
+                waiter.future.set_exception(_eviction(msg.detail))
 
     async def _withdraw(self, ticket: str, pool: str) -> bool:
         """Take a ticket out of the queue; False if it was already granted."""

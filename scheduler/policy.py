@@ -1,17 +1,18 @@
 """Queue-order policies: each answers "how much later than its arrival may this ticket go?"
 
-The queue score is ``arrival + slack`` (a virtual deadline, DESIGN.md §2), static once
-enqueued, so a sorted set holds the order. A policy is a small pure function of the
-prediction and tier; the engine (``dispatcher``) times and records it.
+The queue score is ``arrival + min(max_slack, slack + fairness lead) + tier offset``
+(a virtual deadline, DESIGN.md §2), fixed at enqueue, so a sorted set holds the order.
+A policy is a small pure function of the prediction, the tier and the tenant's weight;
+``enqueue.lua`` adds arrival time and the fairness lead, and the dispatcher times it.
 
-Starvation bound: for every policy here ``0 <= slack <= max_slack + tier offset``, so a
-ticket is never overtaken by one that arrived more than ``max_slack`` (plus the tier
-gap) seconds after it.
+Starvation bound: ``slack + lead`` is capped at ``max_slack``, so a ticket is never
+overtaken by one of the same tier that arrived more than ``max_slack`` seconds after it.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -28,38 +29,55 @@ class PolicyParams:
     # slack per predicted output token: about one decode step of a loaded engine, so
     # slack tracks predicted service time (50 tokens -> 1 s, 1,500 tokens -> the cap)
     slack_per_token_s: float = 0.02
-    # extra slack per tier; the first tier (interactive) gets none
+    # extra delay per tier; the first tier (interactive) gets none
     tier_offsets_s: dict[str, float] = field(default_factory=lambda: {"interactive": 0.0, "batch": 60.0})
+    tenant_weights: dict[str, float] = field(default_factory=dict)  # default weight 1
 
 
-def tier_offset(params: PolicyParams, tier: str) -> float:
-    return params.tier_offsets_s.get(tier, 0.0)
+@dataclass(frozen=True, slots=True)
+class QueueOrder:
+    """What a policy decides for one ticket."""
+
+    slack_s: float  # how long later arrivals may overtake it (before the cap)
+    tier_offset_s: float  # added after the cap: tiers are a separate, explicit order
+    cost_s: float  # predicted service, over the tenant's weight: advances its fair-share clock
 
 
-def fifo_slack(predicted_tokens: float, tier: str, params: PolicyParams) -> float:
-    """Does this ticket go ahead of later arrivals? Always: arrival order."""
-    return 0.0
+def _cost(predicted_tokens: float, tenant: str, params: PolicyParams) -> float:
+    weight = params.tenant_weights.get(tenant, 1.0)
+    return params.slack_per_token_s * max(1.0, predicted_tokens) / weight
 
 
-def short_first_slack(predicted_tokens: float, tier: str, params: PolicyParams) -> float:
+def fifo(predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) -> QueueOrder:
+    """Who goes next? Whoever came first, whatever its length, tier or tenant."""
+    return QueueOrder(0.0, 0.0, 0.0)
+
+
+def short_first(predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) -> QueueOrder:
     """How long may shorter work overtake this ticket? In proportion to its length, capped."""
     own = params.slack_per_token_s * max(0.0, predicted_tokens)
-    return min(params.max_slack_s, own) + tier_offset(params, tier)
+    return QueueOrder(
+        min(params.max_slack_s, own), params.tier_offsets_s.get(tier, 0.0), _cost(predicted_tokens, tenant, params)
+    )
 
 
-def strict_priority_slack(predicted_tokens: float, tier: str, params: PolicyParams) -> float:
+STRICT_TIER_GAP_S = 1e6  # larger than any wait: a lower tier never overtakes a higher one
+
+
+def strict_priority(predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) -> QueueOrder:
     """Does a better tier always go first? Yes; inside a tier, arrival order."""
-    return tier_offset(params, tier)
+    rank = list(params.tier_offsets_s).index(tier) if tier in params.tier_offsets_s else 0
+    return QueueOrder(0.0, rank * STRICT_TIER_GAP_S, 0.0)
 
 
-SLACK = {
-    PolicyName.FIFO: fifo_slack,
-    PolicyName.SHORT_FIRST: short_first_slack,
-    PolicyName.STRICT_PRIORITY: strict_priority_slack,
-    # the oracle is short_first fed the true length (the gateway supplies it as the prediction)
-    PolicyName.ORACLE: short_first_slack,
+POLICIES: dict[PolicyName, Callable[[float, str, str, PolicyParams], QueueOrder]] = {
+    PolicyName.FIFO: fifo,
+    PolicyName.SHORT_FIRST: short_first,
+    PolicyName.STRICT_PRIORITY: strict_priority,
+    # the oracle is short_first fed the true length (the classifier supplies it)
+    PolicyName.ORACLE: short_first,
 }
 
 
-def slack(policy: PolicyName, predicted_tokens: float, tier: str, params: PolicyParams) -> float:
-    return SLACK[policy](predicted_tokens, tier, params)
+def order(policy: PolicyName, predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) -> QueueOrder:
+    return POLICIES[policy](predicted_tokens, tier, tenant, params)

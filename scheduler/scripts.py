@@ -54,14 +54,17 @@ class TicketSpec:
     predicted: int
     timeout_s: float  # 0: no deadline
     tier: str
-    slack_s: float
+    slack_s: float  # see policy.QueueOrder
+    tier_offset_s: float = 0.0
+    cost_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
     lease_ttl_s: float
     owner_ttl_s: float
-    max_scan: int
+    max_scan: int  # queued tickets a dispatch looks at, best first
+    max_slack_s: float = 30.0  # the starvation bound (caps slack + fairness lead)
 
 
 class Scripts:
@@ -88,8 +91,8 @@ class Scripts:
             keys=[keys.base],
             args=[
                 me, ticket.id, ticket.model, ticket.tenant, ticket.cls, ticket.predicted,
-                ticket.timeout_s, ticket.tier, ticket.slack_s, max_queue, max_tenant_queue,
-                t.lease_ttl_s, t.owner_ttl_s, t.max_scan,
+                ticket.timeout_s, ticket.tier, ticket.slack_s, ticket.tier_offset_s, ticket.cost_s,
+                t.max_slack_s, max_queue, max_tenant_queue, t.lease_ttl_s, t.owner_ttl_s, t.max_scan,
             ],
         )
         return EnqueueResult(int(raw[0]), int(raw[1]), [Message.parse(m) for m in raw[2:]])

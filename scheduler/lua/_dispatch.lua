@@ -42,8 +42,8 @@ end
 local function drop_ticket(base, tid, tenant)
   redis.call('ZREM', base .. ':queue', tid)
   redis.call('HDEL', base .. ':tickets', tid)
-  if tenant then
-    redis.call('HINCRBY', base .. ':tenant:queued', tenant, -1)
+  if tenant and redis.call('HINCRBY', base .. ':tenant:queued', tenant, -1) <= 0 then
+    redis.call('HDEL', base .. ':tenant:queued', tenant)
   end
 end
 

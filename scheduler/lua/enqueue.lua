@@ -1,36 +1,86 @@
 -- Enqueue one ticket and dispatch at once (one round trip on the request path).
 -- KEYS[1]: pool base "<prefix>:{<pool>}" (routes the call to the pool's slot)
 -- ARGV: me, ticket, model, tenant, class, predicted, timeout_s, tier, slack_s,
---       max_queue, max_tenant_queue, lease_ttl, owner_ttl, max_scan
+--       tier_offset_s, cost_s, max_slack_s, max_queue, max_tenant_queue,
+--       lease_ttl, owner_ttl, max_scan
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
+--
+-- The score is arrival + min(max_slack, slack + fairness lead) + tier offset, so a
+-- ticket is never overtaken by one that arrived more than max_slack (plus the tier
+-- gap) after it. The fairness lead is how far this tenant's virtual finish time runs
+-- ahead of the slowest other tenant with queued work: a tenant that floods the pool
+-- queues behind tenants that don't, and a tenant alone keeps plain short-first order.
 local base = KEYS[1]
 local me, tid, model, tenant, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local predicted, timeout, tier, slack = ARGV[6], tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
-local max_queue, max_tenant = tonumber(ARGV[10]), tonumber(ARGV[11])
-local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local predicted, timeout, tier = ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local slack, tier_offset, cost = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local max_slack, max_queue, max_tenant = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 
 local now = now_s()
 heartbeat(base, me, owner_ttl, now)
-local qlen = redis.call('ZCARD', base .. ':queue')
-if max_queue > 0 and qlen >= max_queue then
-  return {-1, qlen}
-end
+local queued_key = base .. ':tenant:queued'
 if max_tenant > 0 then
-  local tq = tonumber(redis.call('HGET', base .. ':tenant:queued', tenant) or '0')
+  local tq = tonumber(redis.call('HGET', queued_key, tenant) or '0')
   if tq >= max_tenant then
-    return {-2, qlen}
+    return {-2, redis.call('ZCARD', base .. ':queue')}
   end
 end
+
+-- fairness: virtual finish times of the tenants with queued work
+local vkey = base .. ':tenant:vfinish'
+local floor = nil
+local queued = redis.call('HGETALL', queued_key)
+for i = 1, #queued, 2 do
+  if queued[i] ~= tenant and tonumber(queued[i + 1]) > 0 then
+    local f = tonumber(redis.call('HGET', vkey, queued[i]) or '0')
+    if floor == nil or f < floor then
+      floor = f
+    end
+  end
+end
+local mine = tonumber(redis.call('HGET', vkey, tenant) or '0')
+local lead = 0
+if floor ~= nil then
+  if mine < floor then
+    mine = floor -- an idle tenant banks no credit
+  end
+  lead = mine - floor
+else
+  mine = 0 -- alone: nothing to be fair to
+end
+local score = now + math.min(max_slack, slack + lead) + tier_offset
+
+local qlen = redis.call('ZCARD', base .. ':queue')
+if max_queue > 0 and qlen >= max_queue then
+  -- full: shed the least urgent queued ticket if this one is more urgent
+  local worst = redis.call('ZRANGE', base .. ':queue', -1, -1, 'WITHSCORES')
+  if #worst == 0 or tonumber(worst[2]) <= score then
+    return {-1, qlen}
+  end
+  local victim = worst[1]
+  local packed = redis.call('HGET', base .. ':tickets', victim)
+  if packed then
+    local t = parse_ticket(packed)
+    drop_ticket(base, victim, t.tenant)
+    redis.call('RPUSH', base .. ':inbox:' .. t.owner, 'E|' .. victim .. '|shed')
+  else
+    redis.call('ZREM', base .. ':queue', victim)
+  end
+  qlen = qlen - 1
+end
+
+redis.call('HSET', vkey, tenant, tostring(mine + cost))
 local deadline = 0
 if timeout > 0 then
   deadline = now + timeout
 end
 local packed = table.concat({me, model, tenant, class, predicted, deadline, now, tier}, '|')
 if redis.call('HSET', base .. ':tickets', tid, packed) == 1 then
-  redis.call('HINCRBY', base .. ':tenant:queued', tenant, 1)
+  redis.call('HINCRBY', queued_key, tenant, 1)
 end
-redis.call('ZADD', base .. ':queue', now + slack, tid)
+redis.call('ZADD', base .. ':queue', score, tid)
 local out = {1, qlen + 1}
 for _, msg in ipairs(dispatch(base, me, lease_ttl, max_scan, now)) do
   out[#out + 1] = msg

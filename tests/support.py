@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 
@@ -41,3 +43,17 @@ def running_app(app: object, host: str = "127.0.0.1") -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+async def eventually(condition: Callable[[], Awaitable[bool] | bool], within_s: float = 10.0) -> None:
+    """Wait for a condition on state we cannot subscribe to (Redis, another process), bounded."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {within_s} s")
+        await asyncio.sleep(0.01)

@@ -13,6 +13,7 @@ from scheduler.dispatcher import Dispatcher, Grant, QueueLimits
 from scheduler.errors import DeadlineExceeded, QueueFull
 from scheduler.keys import PoolKeys
 from scheduler.scripts import Scripts, TicketSpec, Timing
+from tests.support import eventually
 
 POOL = "m"
 
@@ -52,6 +53,14 @@ async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
     await d.publish_backend(POOL, name, limit, False, ["m"])
 
 
+async def queue_len(redis: Redis, keys: PoolKeys, test: Callable[[int], bool]) -> bool:
+    return test(await redis.zcard(keys.queue))
+
+
+async def busy_is(redis: Redis, prefix: str, n: int) -> bool:
+    return await busy(redis, prefix) == n
+
+
 async def busy(redis: Redis, prefix: str, backend: str = "b1") -> int:
     return int(await redis.hget(PoolKeys(prefix, POOL).busy, backend) or 0)
 
@@ -82,11 +91,9 @@ async def test_release_grants_next_in_score_order(make, redis, prefix) -> None:
 
     long_t = asyncio.create_task(wait(spec(slack=30), "long"))
     await asyncio.sleep(0)
-    while d.queued_here < 1:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: d.queued_here >= 1)
     short_t = asyncio.create_task(wait(spec(slack=1), "short"))
-    while d.queued_here < 2:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: d.queued_here >= 2)
     d.release_soon(first)
     await asyncio.gather(long_t, short_t)
     assert order == ["short", "long"]
@@ -98,8 +105,7 @@ async def test_queue_full_is_rejected(make) -> None:
     await add_backend(d, limit=1)
     await d.acquire(spec(), POOL)
     waiting = asyncio.create_task(d.acquire(spec(), POOL))
-    while d.queued_here < 1:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: d.queued_here >= 1)
     with pytest.raises(QueueFull) as err:
         await d.acquire(spec(), POOL)
     assert err.value.retry_after_s >= 1
@@ -113,16 +119,13 @@ async def test_cancelled_waiter_leaves_the_queue(make, redis, prefix) -> None:
     held = await d.acquire(spec(), POOL)
     waiting = asyncio.create_task(d.acquire(spec(), POOL))
     keys = PoolKeys(prefix, POOL)
-    while await redis.zcard(keys.queue) < 1:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n >= 1))
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    while await redis.zcard(keys.queue) > 0:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n == 0))
     d.release_soon(held)
-    while await busy(redis, prefix) > 0:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: busy_is(redis, prefix, 0))
     assert await redis.hlen(keys.tickets) == 0
 
 
@@ -142,8 +145,7 @@ async def test_grant_crosses_replicas_through_the_inbox(make, redis, prefix) -> 
     await add_backend(a, limit=1)
     held = await a.acquire(spec(), POOL)
     waiting = asyncio.create_task(b.acquire(spec(), POOL))
-    while b.queued_here < 1:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: b.queued_here >= 1)
     a.release_soon(held)  # a's release dispatches b's ticket: pushed to b's inbox
     grant = await asyncio.wait_for(waiting, 10)
     assert grant.backend == "b1"
@@ -168,8 +170,7 @@ async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
     held = await d.acquire(spec(), POOL)
     waiting = asyncio.create_task(d.acquire(spec(), POOL))
     keys = PoolKeys(prefix, POOL)
-    while await redis.zcard(keys.queue) < 1:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n >= 1))
     await d.heartbeat(POOL)
     async for key in redis.scan_iter(match=f"{keys.base}:*"):
         await redis.delete(key)  # as a restarted Redis without persistence would be

@@ -23,6 +23,7 @@ from scheduler.errors import Shed
 from scheduler.keys import PoolKeys
 from scheduler.policy import PolicyName, PolicyParams, order
 from scheduler.scripts import Scripts, TicketSpec, Timing
+from tests.support import eventually
 
 ME = "owner-1"
 
@@ -154,8 +155,7 @@ async def test_full_queue_sheds_the_least_urgent(any_redis_url: str, prefix: str
         held = await d.acquire(ticket("running", 10, "x", params), "p")
         long_wait = asyncio.create_task(d.acquire(ticket("long", 3000, "x", params), "p"))
         mid_wait = asyncio.create_task(d.acquire(ticket("mid", 500, "x", params), "p"))
-        while d.queued_here < 2:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: d.queued_here >= 2)
         short_wait = asyncio.create_task(d.acquire(ticket("short", 10, "x", params), "p"))
         with pytest.raises(Shed):
             await long_wait  # the least urgent goes

@@ -4,16 +4,22 @@ Routes parse HTTP; this module decides nothing itself either: the classifier pla
 the request, the dispatcher grants a slot, the relay moves bytes. What is here is the
 order of those steps and the promise that each request ends in a response or an
 explicit error, with its slot given back whatever happens.
+
+A streaming request still queued after ``comment_after_s`` gets its 200 and SSE
+comment lines (``: queued position=N eta_ms=M``) every second while it waits; an
+error after that point travels as an SSE error event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,13 +33,17 @@ from scheduler.types import PredictInput
 
 from .auth import Principal
 from .errors import GatewayError, from_scheduler, upstream_failed
-from .relay import RelayResponse, StreamStats
+from .relay import RelayResponse, StreamStats, relay_events, sse_error
 from .schemas import InferenceRequest
 from .upstream import Upstream, UpstreamCall, UpstreamError, headers_for
 
 
 class ClientGone(Exception):
     """The client closed its connection; nobody is left to answer."""
+
+
+class StillQueued(Exception):
+    """The wait outlasted its patience; the work goes on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +63,16 @@ async def _wait_disconnect(request: Request) -> None:
             return
 
 
-async def until_disconnect(request: Request, coro: Any) -> Any:
-    """Run ``coro`` unless the client leaves first; then cancel it and raise ClientGone."""
-    work = asyncio.ensure_future(coro)
+async def until_disconnect(request: Request, work: asyncio.Future[Any], patience_s: float | None = None) -> Any:
+    """Await ``work`` unless the client leaves first (cancel it, raise ClientGone) or
+    ``patience_s`` passes (leave it running, raise StillQueued)."""
     watch = asyncio.ensure_future(_wait_disconnect(request))
     try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({work, watch}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
         if work.done():
             return work.result()
+        if not watch.done():
+            raise StillQueued()
         work.cancel()
         with suppress(asyncio.CancelledError):
             await work
@@ -73,17 +85,71 @@ def new_request_id() -> str:
     return f"req-{uuid.uuid4().hex}"
 
 
+class Exchange:
+    """One request's state between the scheduler and the backend."""
+
+    def __init__(
+        self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, inp: PredictInput, placement: Placement
+    ) -> None:
+        self.proxy, self.req, self.ctx, self.inp, self.placement = proxy, req, ctx, inp, placement
+        self.grant: Grant | None = None
+        self.response: httpx.Response | None = None  # an open upstream stream
+        self._finished = False
+
+    def headers(self) -> dict[str, str]:
+        headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.placement.cls.value}
+        if self.grant is not None:
+            headers["x-triage-queue-ms"] = f"{self.grant.queued_s * 1000:.1f}"
+            headers["x-triage-backend"] = self.grant.backend
+        return headers
+
+    async def open(self) -> httpx.Response:
+        assert self.grant is not None
+        backend = self.proxy.registry.backends[self.grant.backend].config
+        call = UpstreamCall(
+            backend, self.req.endpoint.value, self.req.upstream_body(), headers_for(backend, self.ctx.request_id)
+        )
+        self.response = await self.proxy.upstream.open(call, stream=self.req.stream)
+        return self.response
+
+    def finish(self, tokens: int | None, ok: bool) -> None:
+        """Release the slot, report the backend's health, learn the length. Once."""
+        if self._finished or self.grant is None:
+            return
+        self._finished = True
+        self.proxy.dispatcher.release_soon(self.grant)
+        self.proxy.registry.report(self.grant.backend, ok)
+        # a reply cut at max_tokens says only "at least": learning from it would bias low
+        if tokens is not None and ok and (self.req.max_tokens is None or tokens < self.req.max_tokens):
+            self.proxy.classifier.predictor.observe(self.inp, tokens)
+
+    async def close_stream(self, stats: StreamStats) -> None:
+        """The end of a stream, however it ended: close the upstream, then finish."""
+        if self.response is not None:
+            await self.response.aclose()
+        tokens = stats.usage.get("completion_tokens") if stats.usage else None
+        self.finish(tokens if stats.completed else None, stats.error is None)
+
+    async def relay(self, stats: StreamStats) -> AsyncIterator[bytes]:
+        assert self.response is not None
+        async for block in relay_events(self.response, self.req.include_usage, stats):
+            yield block
+
+
 class Proxy:
+    comment_after_s = 1.0  # a queued stream starts and shows its place after this long
+    comment_every_s = 1.0
+
     def __init__(
         self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, upstream: Upstream
     ) -> None:
-        self._dispatcher = dispatcher
-        self._registry = registry
-        self._classifier = classifier
-        self._upstream = upstream
+        self.dispatcher = dispatcher
+        self.registry = registry
+        self.classifier = classifier
+        self.upstream = upstream
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
-        pool = self._registry.pool_of(req.model)
+        pool = self.registry.pool_of(req.model)
         if pool is None:
             raise GatewayError(
                 404, f"The model '{req.model}' does not exist or no backend serves it.",
@@ -93,72 +159,81 @@ class Proxy:
             model=req.model, tenant=ctx.principal.tenant, prompt=req.prompt, system=req.system,
             prompt_chars=req.prompt_chars, n_messages=req.n_messages, max_tokens=req.max_tokens, hint=ctx.hint,
         )
-        placement = self._classifier.place(inp, ctx.tier, ctx.oracle_tokens)
+        placement = self.classifier.place(inp, ctx.tier, ctx.oracle_tokens)
         spec = TicketSpec(
             id=ctx.request_id, model=req.model, tenant=ctx.principal.tenant, cls=placement.cls.value,
             predicted=int(placement.prediction.tokens), timeout_s=ctx.timeout_s, tier=ctx.tier,
             slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,
             cost_s=placement.order.cost_s,
         )
+        exchange = Exchange(self, req, ctx, inp, placement)
+        work = asyncio.ensure_future(self.dispatcher.acquire(spec, pool))
         try:
-            grant = await until_disconnect(request, self._dispatcher.acquire(spec, pool))
+            exchange.grant = await until_disconnect(
+                request, work, self.comment_after_s if req.stream else None
+            )
         except SchedulerError as exc:
             raise from_scheduler(exc) from None
-        return await self._call(request, req, ctx, inp, placement, grant)
+        except StillQueued:
+            stats = StreamStats()
+            body = self._queued_stream(exchange, pool, work, stats)
+            return RelayResponse(body, stats, exchange.headers(), exchange.close_stream)
+        return await self._call(request, exchange)
 
-    async def _call(
-        self, request: Request, req: InferenceRequest, ctx: RequestContext, inp: PredictInput,
-        placement: Placement, grant: Grant,
-    ) -> Response:
-        backend = self._registry.backends[grant.backend].config
-        call = UpstreamCall(backend, req.endpoint.value, req.upstream_body(), headers_for(backend, ctx.request_id))
-        headers = {
-            "x-request-id": ctx.request_id,
-            "x-triage-queue-ms": f"{grant.queued_s * 1000:.1f}",
-            "x-triage-class": placement.cls.value,
-            "x-triage-backend": grant.backend,
-        }
-        released = False
-
-        def done(tokens: int | None, ok: bool) -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
-            self._dispatcher.release_soon(grant)
-            self._registry.report(grant.backend, ok)
-            # a reply cut at max_tokens says only "at least": learning from it would bias low
-            if tokens is not None and ok and (req.max_tokens is None or tokens < req.max_tokens):
-                self._classifier.predictor.observe(inp, tokens)
-
+    async def _call(self, request: Request, exchange: Exchange) -> Response:
         try:
-            if req.stream:
-                response = await until_disconnect(request, self._upstream.open(call, stream=True))
-            else:
-                response = await until_disconnect(request, self._upstream.open(call, stream=False))
+            response = await until_disconnect(request, asyncio.ensure_future(exchange.open()))
         except UpstreamError as exc:
-            done(None, False)
+            exchange.finish(None, False)
             raise upstream_failed(str(exc)) from None
         except BaseException:
-            done(None, True)
+            exchange.finish(None, True)
             raise
+        headers = exchange.headers()
+        if exchange.req.stream and response.status_code == 200:
+            stats = StreamStats()
+            return RelayResponse(exchange.relay(stats), stats, headers, exchange.close_stream)
+        if exchange.req.stream:
+            await response.aread()
+            await response.aclose()
+        ok = response.status_code < 500
+        exchange.finish(_usage_tokens(response.content) if response.status_code == 200 else None, ok)
+        media_type = response.headers.get("content-type", "application/json")
+        return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 
-        if not req.stream or response.status_code != 200:
-            if req.stream:
-                await response.aread()
-                await response.aclose()
-            done(_usage_tokens(response.content) if response.status_code == 200 else None,
-                 response.status_code < 500)
-            return Response(
-                response.content, response.status_code, headers=headers,
-                media_type=response.headers.get("content-type", "application/json"),
-            )
-
-        async def on_done(stats: StreamStats) -> None:
-            tokens = stats.usage.get("completion_tokens") if stats.usage else None
-            done(tokens if stats.completed else None, stats.error is None)
-
-        return RelayResponse(response, req.include_usage, headers, on_done)
+    async def _queued_stream(
+        self, exchange: Exchange, pool: str, work: asyncio.Future[Grant], stats: StreamStats
+    ) -> AsyncIterator[bytes]:
+        """The body of a stream that started while queued: comments, then the relay."""
+        try:
+            while not work.done():
+                position = await self.dispatcher.position(pool, exchange.ctx.request_id)
+                if position is not None:
+                    rate = self.dispatcher.drain_rate(pool)
+                    eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
+                    yield f": queued position={position}{eta}\n\n".encode()
+                await asyncio.wait({work}, timeout=self.comment_every_s)
+            exchange.grant = work.result()
+        except SchedulerError as exc:
+            error = from_scheduler(exc)
+            yield sse_error(error.message, error.type, error.code)
+            return
+        finally:
+            work.cancel()  # the client left while queued: the dispatcher withdraws the ticket
+        try:
+            response = await exchange.open()
+        except UpstreamError as exc:
+            exchange.finish(None, False)
+            error = upstream_failed(str(exc))
+            yield sse_error(error.message, error.type, error.code)
+            return
+        if response.status_code != 200:
+            await response.aread()
+            exchange.finish(None, response.status_code < 500)
+            yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
+            return
+        async for block in exchange.relay(stats):
+            yield block
 
 
 def _usage_tokens(content: bytes) -> int | None:
@@ -169,4 +244,3 @@ def _usage_tokens(content: bytes) -> int | None:
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         return int(usage["completion_tokens"])
     return None
-

@@ -4,15 +4,15 @@ Chunks are forwarded as whole SSE events, byte for byte: nothing is decoded or
 re-encoded except an event that carries a non-null ``usage`` (one per stream), which
 is parsed for the token count and dropped when the client did not ask for it.
 
-``RelayResponse`` owns the upstream response: whatever ends the stream (its end, the
-client leaving, an error), the upstream connection is closed — engines abort on
-that — and ``on_done`` runs once, outside any cancelled scope.
+``RelayResponse`` guarantees the cleanup: whatever ends the stream (its end, the
+client leaving, an error), ``on_done`` runs once, outside any cancelled scope, and
+closes the upstream connection — engines abort on that — and gives the slot back.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -72,8 +72,7 @@ async def relay_events(
         stats.completed = True
     except httpx.HTTPError as exc:
         stats.error = describe(exc)
-        message = f"the inference backend failed mid-stream: {stats.error}"
-        yield b"data: " + error_body(message, "upstream_error", "stream_broken") + b"\n\n"
+        yield sse_error(f"the inference backend failed mid-stream: {stats.error}", "upstream_error", "stream_broken")
 
 
 def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
@@ -95,24 +94,23 @@ def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
 
 
 class RelayResponse(StreamingResponse):
-    """A streaming response that always closes its upstream and reports once."""
+    """A streaming response that always runs its cleanup, once, shielded from cancellation.
+
+    The body generator is closed explicitly (its ``finally`` blocks run now, not at
+    garbage collection), then ``on_done`` closes the upstream and gives the slot back.
+    """
 
     def __init__(
         self,
-        upstream: httpx.Response,
-        keep_usage: bool,
+        body: AsyncGenerator[bytes, None],
+        stats: StreamStats,
         headers: dict[str, str],
         on_done: Callable[[StreamStats], Awaitable[None]],
     ) -> None:
-        self.stats = StreamStats()
-        self._upstream = upstream
+        self.stats = stats
+        self._body = body
         self._on_done = on_done
-        super().__init__(
-            relay_events(upstream, keep_usage, self.stats),
-            status_code=upstream.status_code,
-            headers=headers,
-            media_type="text/event-stream",
-        )
+        super().__init__(body, status_code=200, headers=headers, media_type="text/event-stream")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -123,5 +121,10 @@ class RelayResponse(StreamingResponse):
             if not self.stats.completed and self.stats.error is None:
                 self.stats.client_gone = True
             with anyio.CancelScope(shield=True):
-                await self._upstream.aclose()
+                await self._body.aclose()
                 await self._on_done(self.stats)
+
+
+def sse_error(message: str, type_: str, code: str | None = None) -> bytes:
+    """An OpenAI-style error as one SSE event: the SDKs raise it as an API error."""
+    return b"data: " + error_body(message, type_, code) + b"\n\n"

@@ -48,6 +48,20 @@ class QueueLimits:
 
 
 @dataclass(slots=True)
+class DrainRate:
+    """Grants per second from successive samples of the pool's grant counter (EWMA)."""
+
+    rate: float = 0.0
+    _last: tuple[float, int] | None = None
+
+    def observe(self, now: float, granted: int) -> None:
+        if self._last is not None and now > self._last[0] and granted >= self._last[1]:
+            sample = (granted - self._last[1]) / (now - self._last[0])
+            self.rate = sample if self.rate == 0 else 0.7 * self.rate + 0.3 * sample
+        self._last = (now, granted)
+
+
+@dataclass(slots=True)
 class _Waiter:
     spec: TicketSpec
     pool: str
@@ -84,6 +98,7 @@ class Dispatcher:
         self._waiters: dict[str, _Waiter] = {}
         self._held: dict[str, dict[str, str]] = {p: {} for p in self._keys}  # pool -> lease -> backend
         self._epochs: dict[str, str] = {}  # pool -> the Redis epoch last seen
+        self._drain = {p: DrainRate() for p in self._keys}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self.on_grant: Callable[[Grant], None] | None = None
@@ -172,23 +187,27 @@ class Dispatcher:
         if result.status == -1:
             raise QueueFull(
                 f"the queue for this model is full ({result.queue_len} waiting)",
-                await self._retry_after(keys, result.queue_len),
+                self._retry_after(waiter.pool, result.queue_len),
             )
         if result.status == -2:
             raise QueueFull(
                 f"tenant '{waiter.spec.tenant}' has too many requests queued",
-                await self._retry_after(keys, result.queue_len),
+                self._retry_after(waiter.pool, result.queue_len),
             )
         self._deliver(waiter.pool, result.messages)
 
-    async def _retry_after(self, keys: PoolKeys, queue_len: int) -> float:
-        """Seconds until the queue has drained enough to admit one more, from the grant rate."""
-        try:
-            first = int(await self._redis.hget(keys.stats, "granted") or 0)
-            await asyncio.sleep(0.2)
-            rate = (int(await self._redis.hget(keys.stats, "granted") or 0) - first) / 0.2
-        except RedisError:
-            return 5.0
+    def drain_rate(self, pool: str) -> float:
+        """Tickets granted per second in the pool, by all replicas, recently."""
+        return self._drain[pool].rate
+
+    async def position(self, pool: str, ticket: str) -> int | None:
+        """1-based place of a queued ticket, None once it left the queue."""
+        rank = await self._redis.zrank(self._keys[pool].queue, ticket)
+        return None if rank is None else int(rank) + 1
+
+    def _retry_after(self, pool: str, queue_len: int) -> float:
+        """Seconds until a tenth of the queue has drained, from the recent grant rate."""
+        rate = self._drain[pool].rate
         if rate <= 0:
             return 5.0
         return float(min(120, max(1, math.ceil(queue_len / rate / 10))))
@@ -269,7 +288,8 @@ class Dispatcher:
     async def heartbeat(self, pool: str) -> None:
         keys = self._keys[pool]
         sent = dict(self._held[pool])
-        epoch, messages = await self._scripts.heartbeat(keys, self.owner, sent)
+        epoch, granted, messages = await self._scripts.heartbeat(keys, self.owner, sent)
+        self._drain[pool].observe(time.monotonic(), granted)
         self._deliver(pool, messages)
         fresh = self._epochs.get(pool, epoch) != epoch
         self._epochs[pool] = epoch

@@ -109,14 +109,14 @@ class Scripts:
 
     async def heartbeat(
         self, keys: PoolKeys, me: str, leases: dict[str, str]
-    ) -> tuple[str, list[Message]]:
-        """Returns this Redis's epoch and the messages for me."""
+    ) -> tuple[str, int, list[Message]]:
+        """Returns this Redis's epoch, the pool's grant counter and the messages for me."""
         args = self._common(me)
         for lease, backend in leases.items():
             args += [lease, backend]
         raw = await self._heartbeat(keys=[keys.base], args=args)
         epoch = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
-        return epoch, [Message.parse(m) for m in raw[1:]]
+        return epoch, int(raw[1]), [Message.parse(m) for m in raw[2:]]
 
     async def set_backend(
         self, keys: PoolKeys, me: str, name: str, limit: int, down: bool, models: list[str]

@@ -4,7 +4,7 @@
 --   lease id, backend for every lease this replica holds.
 -- A lease missing here (Redis restarted and lost it) is recreated with its slot,
 -- so the busy count again matches the requests really running.
--- Returns {epoch, messages for me...}.
+-- Returns {epoch, tickets granted so far in the pool, messages for me...}.
 local base = KEYS[1]
 local me = ARGV[1]
 local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -20,7 +20,7 @@ for i = 5, #ARGV, 2 do
     redis.call('HINCRBY', base .. ':busy', backend, 1)
   end
 end
-local out = {redis.call('GET', base .. ':epoch')}
+local out = {redis.call('GET', base .. ':epoch'), redis.call('HGET', base .. ':stats', 'granted') or '0'}
 for _, msg in ipairs(dispatch(base, me, lease_ttl, max_scan, now)) do
   out[#out + 1] = msg
 end

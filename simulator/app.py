@@ -1,0 +1,187 @@
+"""``create_app(settings)``: the one place the simulator is wired together.
+
+Routes:
+
+- ``POST /v1/chat/completions``, ``POST /v1/completions``: OpenAI-compatible generation.
+- ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (vLLM-compatible Prometheus text).
+- ``GET /sim/stats``, ``POST /sim/reset``, ``GET|POST /sim/faults``: hooks for tests.
+
+The generation routes are plain Starlette routes (no FastAPI body models or dependency
+resolution): they are the hot path of gateway benchmarks, and parse with orjson.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import orjson
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from simulator.encoding import FrameWriter, full_response, new_request_id
+from simulator.engine import Engine
+from simulator.faults import FaultInjector, FaultSettings
+from simulator.lengths import natural_length, plan_output, prompt_hash
+from simulator.metrics import Metrics
+from simulator.parsing import parse_request
+from simulator.profiles import Profile
+from simulator.protocol import ApiError, Endpoint, FinishReason
+from simulator.responses import DroppedResponse, TokenStream, wait_finished
+from simulator.sequence import Sequence
+from simulator.settings import SimSettings
+from simulator.textgen import Vocabulary
+
+
+@dataclass(frozen=True, slots=True)
+class SimState:
+    """What the handlers share; one per app, kept on ``app.state.sim``."""
+
+    model: str
+    profile: Profile
+    max_model_len: int
+    engine: Engine
+    metrics: Metrics
+    faults: FaultInjector
+    vocab: Vocabulary
+
+
+def create_app(settings: SimSettings) -> FastAPI:
+    profile = settings.resolve_profile()
+    metrics = Metrics(settings.model)
+    state = SimState(
+        model=settings.model,
+        profile=profile,
+        # A request must fit the KV cache on its own, or it could never be scheduled.
+        max_model_len=min(profile.max_model_len, profile.kv_capacity_tokens),
+        engine=Engine(profile, metrics),
+        metrics=metrics,
+        faults=FaultInjector(settings.faults, seed=profile.seed),
+        vocab=Vocabulary(),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.engine.start()
+        try:
+            yield
+        finally:
+            await state.engine.stop()
+
+    app = FastAPI(title="Triage simulator", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.sim = state
+    app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
+
+    async def chat(request: Request) -> object:
+        return await _generate(state, request, Endpoint.CHAT)
+
+    async def completions(request: Request) -> object:
+        return await _generate(state, request, Endpoint.COMPLETIONS)
+
+    app.add_route("/v1/chat/completions", chat, methods=["POST"])  # type: ignore[arg-type]
+    app.add_route("/v1/completions", completions, methods=["POST"])  # type: ignore[arg-type]
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, object]:
+        card = {
+            "id": state.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "triage-simulator",
+            "max_model_len": state.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=503 if state.faults.faults.down else 200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        text = state.metrics.render(state.engine.gauges())
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/sim/stats")
+    async def stats() -> dict[str, object]:
+        return state.metrics.stats(state.engine.gauges())
+
+    @app.post("/sim/reset")
+    async def reset() -> dict[str, object]:
+        state.engine.reset_metrics()
+        return state.metrics.stats(state.engine.gauges())
+
+    @app.get("/sim/faults")
+    async def get_faults() -> dict[str, object]:
+        return state.faults.faults.to_json()
+
+    @app.post("/sim/faults")
+    async def set_faults(request: Request) -> dict[str, object]:
+        try:
+            faults = FaultSettings.from_json(orjson.loads(await request.body() or b"{}"))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            raise ApiError(400, f"Invalid faults: {exc}") from None
+        state.faults.faults = faults
+        return faults.to_json()
+
+    return app
+
+
+async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> object:
+    refusal = state.faults.refusal()
+    if refusal is not None:
+        raise ApiError(
+            refusal.status_code,
+            refusal.message,
+            type="rate_limit_error" if refusal.status_code == 429 else "server_error",
+            code=refusal.status_code,
+            retry_after=refusal.retry_after,
+        )
+    req = parse_request(endpoint, await request.body(), state.model, state.max_model_len)
+
+    profile, engine = state.profile, state.engine
+    key = prompt_hash(req.prompt_text, profile.seed)
+    room = state.max_model_len - req.prompt_tokens
+    natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, room)
+    plan = plan_output(natural, req.max_tokens, req.min_tokens, req.ignore_eos, room)
+    seq = Sequence(
+        req.prompt_tokens,
+        plan.tokens,
+        plan.finish_reason,
+        streamed=req.stream,
+        arrival=engine.now(),
+        drop_after=state.faults.faults.drop_after_tokens,
+    )
+    engine.submit(seq)
+
+    request_id = new_request_id(endpoint)
+    created = int(time.time())
+    start = state.vocab.start_for(key)
+    if req.stream:
+        writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start)
+        return TokenStream(engine, seq, writer, req.include_usage)
+
+    await wait_finished(request.receive, engine, seq)
+    if seq.dropped:
+        return DroppedResponse()
+    if seq.finish_reason is FinishReason.ABORT:
+        return Response(status_code=499)  # the client is gone; nothing will be delivered
+    assert seq.finish_reason is not None
+    body = full_response(
+        endpoint,
+        request_id,
+        created,
+        req.model,
+        state.vocab.text(start, seq.generated),
+        seq.finish_reason,
+        seq.prompt_tokens,
+        seq.generated,
+    )
+    return Response(body, media_type="application/json")
+
+
+async def _api_error(request: Request, exc: ApiError) -> Response:
+    headers = {"retry-after": f"{exc.retry_after:g}"} if exc.retry_after is not None else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)

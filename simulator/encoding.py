@@ -1,0 +1,128 @@
+"""Response bodies in OpenAI's shapes: whole JSON responses and SSE stream frames.
+
+Stream frames are the hot path (one per token), so each response pre-renders the bytes
+around the token text once; a content frame is then ``prefix + token + suffix``. The
+frames match what OpenAI and vLLM send:
+
+- chat: ``object: "chat.completion.chunk"``; the first frame has ``delta.role``, each
+  content frame ``delta.content`` of one token, the last ``delta: {}`` with the finish
+  reason;
+- completions: ``object: "text_completion"`` with ``choices[0].text``; the last frame
+  has empty text and the finish reason;
+- with ``include_usage``, every frame carries ``"usage": null`` and an extra frame with
+  ``choices: []`` and the usage comes before ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+
+from simulator.protocol import Endpoint, FinishReason
+from simulator.textgen import Vocabulary
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+def new_request_id(endpoint: Endpoint) -> str:
+    prefix = "chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-"
+    return prefix + os.urandom(12).hex()
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def full_response(
+    endpoint: Endpoint,
+    request_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: FinishReason,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> bytes:
+    """The body of a non-streamed response."""
+    if endpoint is Endpoint.CHAT:
+        choice: dict[str, object] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": str(finish_reason),
+        }
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": str(finish_reason)}
+        obj = "text_completion"
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "object": obj,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": usage(prompt_tokens, completion_tokens),
+        }
+    )
+
+
+class FrameWriter:
+    """Pre-rendered SSE frames of one streamed response."""
+
+    __slots__ = ("_head", "_prefix", "_suffix", "_tail", "_chat", "_vocab", "_start")
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        request_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        vocab: Vocabulary,
+        start: int,
+    ) -> None:
+        self._chat = endpoint is Endpoint.CHAT
+        obj = b"chat.completion.chunk" if self._chat else b"text_completion"
+        self._head = b'data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
+            request_id.encode(),
+            obj,
+            created,
+            orjson.dumps(model),
+        )
+        self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+        field = b'[{"index":0,"delta":{"content":' if self._chat else b'[{"index":0,"text":'
+        close = b"}" if self._chat else b""
+        self._prefix = self._head + field
+        self._suffix = close + b',"logprobs":null,"finish_reason":null}]' + self._tail
+        self._vocab = vocab
+        self._start = start
+
+    def role(self) -> bytes:
+        """The first chat frame; completions have none."""
+        if not self._chat:
+            return b""
+        return (
+            self._head
+            + b'[{"index":0,"delta":{"role":"assistant","content":""},'
+            + (b'"logprobs":null,"finish_reason":null}]' + self._tail)
+        )
+
+    def tokens(self, first: int, end: int) -> bytes:
+        """Content frames for output tokens ``first`` .. ``end - 1``, one token each."""
+        prefix, suffix, vocab, start = self._prefix, self._suffix, self._vocab, self._start
+        return b"".join(prefix + vocab.json_word(start, i) + suffix for i in range(first, end))
+
+    def finish(self, reason: FinishReason) -> bytes:
+        body = b'[{"index":0,"delta":{},' if self._chat else b'[{"index":0,"text":"",'
+        return (
+            self._head + body + b'"logprobs":null,"finish_reason":"%s"}]' % str(reason).encode() + self._tail
+        )
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        return self._head + b'[],"usage":' + orjson.dumps(usage(prompt_tokens, completion_tokens)) + b"}\n\n"

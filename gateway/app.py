@@ -15,7 +15,9 @@ from starlette.responses import Response
 from scheduler.backends import BackendConfig, BackendRegistry
 from scheduler.classify import Classifier, PriorPredictor
 from scheduler.dispatcher import Dispatcher, QueueLimits
+from scheduler.limits import LimitParams
 from scheduler.policy import PolicyParams
+from scheduler.reservation import ReservationParams
 from scheduler.scripts import Scripts, Timing
 from scheduler.types import ClassThresholds
 
@@ -33,9 +35,22 @@ def backend_configs(settings: Settings) -> list[BackendConfig]:
         BackendConfig(
             name=b.name, url=b.url, pool=b.pool, max_concurrency=b.max_concurrency,
             models=tuple(b.models) if b.models is not None else None, api_key=b.api_key,
+            weight=b.weight, engine_priority=b.engine_priority,
+            limit=LimitParams(
+                initial=b.max_concurrency, floor=b.min_concurrency, ceiling=b.max_concurrency,
+                adaptive=b.adaptive, ttft_target_s=settings.ttft_target_s, tpot_target_s=settings.tpot_target_s,
+            ),
         )
         for b in settings.backends
     ]
+
+
+def reservation_params(settings: Settings) -> ReservationParams:
+    return ReservationParams(
+        enabled=settings.reserve_slots, min_long_share=settings.long_share_min,
+        max_long_share=settings.long_share_max, headroom_slots=settings.reserve_headroom_slots,
+        borrow_share=settings.borrow_share, quiet_after_s=settings.quiet_after_s,
+    )
 
 
 def policy_params(settings: Settings) -> PolicyParams:
@@ -69,14 +84,16 @@ def create_app(settings: Settings) -> FastAPI:
             redis, listen, scripts, settings.key_prefix, f"r{uuid.uuid4().hex[:12]}", pools,
             QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
         )
-        registry = BackendRegistry(configs, client, dispatcher, settings.probe_interval_s)
+        registry = BackendRegistry(
+            configs, client, dispatcher, settings.probe_interval_s, reservation_params(settings)
+        )
         classifier = Classifier(
             PriorPredictor(), settings.policy, policy_params(settings),
             ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),
         )
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(dispatcher, registry, classifier, Upstream(client)),
+            Proxy(dispatcher, registry, classifier, Upstream(client), settings.tiers[0]),
         )
         app.state.gateway = gateway
         await dispatcher.start()

@@ -13,6 +13,8 @@ error after that point travels as an SSE error event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import suppress
@@ -29,7 +31,7 @@ from scheduler.classify import Classifier, Placement
 from scheduler.dispatcher import Dispatcher, Grant
 from scheduler.errors import SchedulerError
 from scheduler.scripts import TicketSpec
-from scheduler.types import PredictInput
+from scheduler.types import LengthClass, PredictInput
 
 from .auth import Principal
 from .errors import GatewayError, from_scheduler, upstream_failed
@@ -89,12 +91,19 @@ class Exchange:
     """One request's state between the scheduler and the backend."""
 
     def __init__(
-        self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, inp: PredictInput, placement: Placement
+        self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, inp: PredictInput,
+        placement: Placement, spec: TicketSpec, pool: str,
     ) -> None:
         self.proxy, self.req, self.ctx, self.inp, self.placement = proxy, req, ctx, inp, placement
+        self.spec, self.pool = spec, pool
         self.grant: Grant | None = None
         self.response: httpx.Response | None = None  # an open upstream stream
+        self.sent_at = 0.0  # when the upstream call was sent
         self._finished = False
+
+    def again(self, spec: TicketSpec) -> Exchange:
+        """A fresh exchange for a retry of the same request."""
+        return Exchange(self.proxy, self.req, self.ctx, self.inp, self.placement, spec, self.pool)
 
     def headers(self) -> dict[str, str]:
         headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.placement.cls.value}
@@ -106,29 +115,47 @@ class Exchange:
     async def open(self) -> httpx.Response:
         assert self.grant is not None
         backend = self.proxy.registry.backends[self.grant.backend].config
-        call = UpstreamCall(
-            backend, self.req.endpoint.value, self.req.upstream_body(), headers_for(backend, self.ctx.request_id)
-        )
+        # engines with their own priority queue get our order: lower runs first
+        priority = round((self.spec.slack_s + self.spec.tier_offset_s) * 1000) if backend.engine_priority else None
+        body = self.req.upstream_body(priority)
+        call = UpstreamCall(backend, self.req.endpoint.value, body, headers_for(backend, self.ctx.request_id))
+        self.sent_at = time.monotonic()
         self.response = await self.proxy.upstream.open(call, stream=self.req.stream)
         return self.response
 
-    def finish(self, tokens: int | None, ok: bool) -> None:
-        """Release the slot, report the backend's health, learn the length. Once."""
+    def finish(
+        self, tokens: int | None, ok: bool, status: int = 200, ttft_s: float | None = None,
+        tpot_s: float | None = None,
+    ) -> None:
+        """Release the slot, report the backend's health and speed, learn the length. Once."""
         if self._finished or self.grant is None:
             return
         self._finished = True
-        self.proxy.dispatcher.release_soon(self.grant)
-        self.proxy.registry.report(self.grant.backend, ok)
+        proxy = self.proxy
+        proxy.dispatcher.release_soon(self.grant)
+        proxy.registry.report(self.grant.backend, ok, status in (429, 503), ttft_s, tpot_s)
+        if not self.spec.restricted:
+            proxy.registry.reservations[self.pool].on_open_done(time.monotonic() - self.sent_at)
         # a reply cut at max_tokens says only "at least": learning from it would bias low
         if tokens is not None and ok and (self.req.max_tokens is None or tokens < self.req.max_tokens):
-            self.proxy.classifier.predictor.observe(self.inp, tokens)
+            proxy.classifier.predictor.observe(self.inp, tokens)
+
+    def finish_response(self, response: httpx.Response) -> None:
+        """A whole (non-streamed, or refused) answer."""
+        status = response.status_code
+        tokens = _usage_tokens(response.content) if status == 200 else None
+        tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
+        self.finish(tokens, status < 500, status, None, tpot)
 
     async def close_stream(self, stats: StreamStats) -> None:
         """The end of a stream, however it ended: close the upstream, then finish."""
         if self.response is not None:
             await self.response.aclose()
         tokens = stats.usage.get("completion_tokens") if stats.usage else None
-        self.finish(tokens if stats.completed else None, stats.error is None)
+        stats.started = self.sent_at
+        self.finish(
+            tokens if stats.completed else None, stats.error is None, 200, stats.ttft_s, stats.tpot_s(tokens)
+        )
 
     async def relay(self, stats: StreamStats) -> AsyncIterator[bytes]:
         assert self.response is not None
@@ -141,12 +168,14 @@ class Proxy:
     comment_every_s = 1.0
 
     def __init__(
-        self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, upstream: Upstream
+        self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, upstream: Upstream,
+        open_tier: str,
     ) -> None:
         self.dispatcher = dispatcher
         self.registry = registry
         self.classifier = classifier
         self.upstream = upstream
+        self._open_tier = open_tier  # the most urgent tier: never restricted by reservation
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
         pool = self.registry.pool_of(req.model)
@@ -160,13 +189,16 @@ class Proxy:
             prompt_chars=req.prompt_chars, n_messages=req.n_messages, max_tokens=req.max_tokens, hint=ctx.hint,
         )
         placement = self.classifier.place(inp, ctx.tier, ctx.oracle_tokens)
+        restricted = placement.cls is LengthClass.LONG or ctx.tier != self._open_tier
         spec = TicketSpec(
             id=ctx.request_id, model=req.model, tenant=ctx.principal.tenant, cls=placement.cls.value,
             predicted=int(placement.prediction.tokens), timeout_s=ctx.timeout_s, tier=ctx.tier,
             slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,
-            cost_s=placement.order.cost_s,
+            cost_s=placement.order.cost_s, restricted=restricted,
         )
-        exchange = Exchange(self, req, ctx, inp, placement)
+        if not restricted:
+            self.registry.reservations[pool].on_open_arrival()
+        exchange = Exchange(self, req, ctx, inp, placement, spec, pool)
         work = asyncio.ensure_future(self.dispatcher.acquire(spec, pool))
         try:
             exchange.grant = await until_disconnect(
@@ -180,12 +212,36 @@ class Proxy:
             return RelayResponse(body, stats, exchange.headers(), exchange.close_stream)
         return await self._call(request, exchange)
 
-    async def _call(self, request: Request, exchange: Exchange) -> Response:
+    async def _open_with_retry(self, request: Request, exchange: Exchange) -> httpx.Response:
+        """Call the backend; if it fails before the first byte, once more on another."""
         try:
-            response = await until_disconnect(request, asyncio.ensure_future(exchange.open()))
+            return await until_disconnect(request, asyncio.ensure_future(exchange.open()))
+        except UpstreamError as exc:
+            assert exchange.grant is not None
+            failed = exchange.grant.backend
+            exchange.finish(None, False)
+            if not self.registry.alternatives(exchange.req.model, failed):
+                raise upstream_failed(str(exc)) from None
+        # the retry goes to the front of the queue, avoiding the backend that failed
+        retry = dataclasses.replace(
+            exchange.spec, id=f"{exchange.spec.id}-retry", avoid=failed, slack_s=-exchange.spec.tier_offset_s,
+        )
+        exchange = exchange.again(retry)
+        try:
+            exchange.grant = await until_disconnect(
+                request, asyncio.ensure_future(self.dispatcher.acquire(retry, exchange.pool))
+            )
+        except SchedulerError as exc:
+            raise from_scheduler(exc) from None
+        try:
+            return await until_disconnect(request, asyncio.ensure_future(exchange.open()))
         except UpstreamError as exc:
             exchange.finish(None, False)
             raise upstream_failed(str(exc)) from None
+
+    async def _call(self, request: Request, exchange: Exchange) -> Response:
+        try:
+            response = await self._open_with_retry(request, exchange)
         except BaseException:
             exchange.finish(None, True)
             raise
@@ -196,8 +252,7 @@ class Proxy:
         if exchange.req.stream:
             await response.aread()
             await response.aclose()
-        ok = response.status_code < 500
-        exchange.finish(_usage_tokens(response.content) if response.status_code == 200 else None, ok)
+        exchange.finish_response(response)
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 
@@ -229,7 +284,7 @@ class Proxy:
             return
         if response.status_code != 200:
             await response.aread()
-            exchange.finish(None, response.status_code < 500)
+            exchange.finish_response(response)
             yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
             return
         async for block in exchange.relay(stats):

@@ -11,6 +11,7 @@ closes the upstream connection — engines abort on that — and gives the slot 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,19 +26,32 @@ from .errors import error_body
 from .upstream import describe
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
+# a chunk that carries generated text (a first chat chunk often has only the role)
+_CONTENT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
 
 
 @dataclass(slots=True)
 class StreamStats:
     """What the relay saw; read by ``on_done``."""
 
-    started: float = field(default_factory=time.monotonic)
-    first_chunk_at: float | None = None  # first content-bearing event
+    started: float = field(default_factory=time.monotonic)  # the upstream call was sent
+    first_chunk_at: float | None = None  # first event that carries generated text
+    ended_at: float | None = None  # last byte relayed
     events: int = 0  # data events relayed, [DONE] excluded
     usage: dict[str, int] | None = None
     error: str | None = None  # set when the stream broke mid-way
     client_gone: bool = False
     completed: bool = False  # reached the end of the upstream stream
+
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_chunk_at is None else self.first_chunk_at - self.started
+
+    def tpot_s(self, tokens: int | None) -> float | None:
+        if self.first_chunk_at is None or self.ended_at is None or not tokens or tokens < 2:
+            return None
+        return (self.ended_at - self.first_chunk_at) / (tokens - 1)
 
 
 def _is_usage_only(event: bytes) -> bool:
@@ -63,12 +77,13 @@ async def relay_events(
             if _has_usage(block):
                 block = _take_usage(block, keep_usage, stats)
             if block:
-                if stats.first_chunk_at is None:
+                if stats.first_chunk_at is None and _CONTENT.search(block):
                     stats.first_chunk_at = time.monotonic()
                 stats.events += block.count(b"data: {")
                 yield block
         if pending.strip():
             yield pending
+        stats.ended_at = time.monotonic()
         stats.completed = True
     except httpx.HTTPError as exc:
         stats.error = describe(exc)

@@ -31,9 +31,19 @@ class BackendSettings(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
     url: str  # base URL of an OpenAI-compatible server, without /v1
     models: list[str] | None = None  # omitted: discovered from its /v1/models
-    max_concurrency: int = Field(default=32, ge=1, le=100_000)
+    max_concurrency: int = Field(default=32, ge=1, le=100_000)  # the starting limit and its ceiling
+    min_concurrency: int = Field(default=1, ge=1)  # the adaptive limit's floor
+    adaptive: bool = True  # adapt the limit to what the backend shows
     api_key: str | None = None  # sent upstream instead of the client's key
     pool: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
+    weight: float = Field(default=1.0, gt=0)  # routing weight
+    engine_priority: bool = False  # the engine runs priority scheduling: send our order as `priority`
+
+    @model_validator(mode="after")
+    def _floor(self) -> BackendSettings:
+        if self.min_concurrency > self.max_concurrency:
+            raise ValueError("min_concurrency must not exceed max_concurrency")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -78,6 +88,18 @@ class Settings(BaseSettings):
     short_max_tokens: int = Field(default=256, ge=1)
     medium_max_tokens: int = Field(default=1024, ge=1)
 
+    # backpressure: targets of the adaptive limits
+    ttft_target_s: float | None = Field(default=1.0, gt=0)  # p90 TTFT; null: not a signal
+    tpot_target_s: float | None = Field(default=0.1, gt=0)  # median time per output token
+
+    # slot reservation: long and batch work may hold only a share of each backend
+    reserve_slots: bool = False
+    long_share_min: float = Field(default=0.5, gt=0, le=1)
+    long_share_max: float = Field(default=0.9, gt=0, le=1)
+    reserve_headroom_slots: float = Field(default=1.0, ge=0)
+    borrow_share: float = Field(default=0.5, ge=0, le=1)
+    quiet_after_s: float = Field(default=10.0, ge=0)
+
     # leases and liveness
     lease_ttl_s: float = Field(default=30.0, gt=0)
     heartbeat_s: float = Field(default=2.0, gt=0)
@@ -104,6 +126,8 @@ class Settings(BaseSettings):
         for tenant, weight in self.tenant_weights.items():
             if weight <= 0:
                 raise ValueError(f"tenant_weights.{tenant} must be above 0")
+        if self.long_share_min > self.long_share_max:
+            raise ValueError("long_share_min must not exceed long_share_max")
         if self.short_max_tokens > self.medium_max_tokens:
             raise ValueError("short_max_tokens must not exceed medium_max_tokens")
         if self.policy is PolicyName.ORACLE and not self.allow_oracle:

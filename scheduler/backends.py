@@ -1,27 +1,42 @@
-"""The backends a replica knows: their models, health and limits, mirrored into Redis.
+"""The backends a replica knows: models, health, limits and speed, mirrored into Redis.
 
 Each probe round asks every backend for ``/v1/models`` (health and models at once)
-and writes what it found into the pool's Redis keys through ``backend.lua``. That
-write is idempotent, so it also restores the registry after Redis lost its data.
+and, when it has them, its Prometheus ``/metrics`` (its own queue and KV cache),
+ticks each adaptive limit, and writes the result into the pool's Redis keys through
+``backend.lua``. That write is idempotent, so it also restores the registry after
+Redis lost its data.
 
-Passive signals (connect errors, 5xx, broken streams) count as failed probes: after
-``fail_threshold`` failures in a row the backend is taken out; one good probe brings
-it back.
+Circuit breaker: ``fail_threshold`` failures in a row (probes or real requests:
+connect errors, 5xx, broken streams) open it and take the backend out. A good probe
+half-opens it: the backend comes back with a trickle of one slot, and its full limit
+returns after ``recover_successes`` good answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
 from redis.exceptions import RedisError
 
+from . import engine_metrics
 from .dispatcher import Dispatcher
+from .limits import AdaptiveLimit, LimitParams
+from .reservation import Reservation, ReservationParams
+from .scripts import BackendRecord
 
 log = logging.getLogger("triage.backends")
+
+
+class Health(enum.StrEnum):
+    UP = "up"
+    DOWN = "down"  # circuit open
+    PROBING = "probing"  # half-open: a trickle of traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,20 +47,48 @@ class BackendConfig:
     max_concurrency: int
     models: tuple[str, ...] | None = None  # None: discover from /v1/models
     api_key: str | None = None
+    weight: float = 1.0
+    engine_priority: bool = False  # send the gateway's order as the request's `priority`
+    limit: LimitParams | None = None  # None: a static limit of max_concurrency
 
 
 @dataclass(slots=True)
 class BackendState:
     config: BackendConfig
+    limiter: AdaptiveLimit
+    reservation: Reservation
     models: set[str] = field(default_factory=set)
-    healthy: bool = False
+    health: Health = Health.PROBING
     failures: int = 0  # consecutive
-    limit: int = 0
+    successes: int = 0  # consecutive, while probing
     errors_total: int = 0
+    in_flight: int = 0  # leases held on it, all replicas (read from Redis each probe)
+    borrowed: int = 0
+    speed: float = 0.0  # per-sequence decode tokens/s (EWMA)
+    ttft: deque[float] = field(default_factory=lambda: deque(maxlen=200))
+    tpot: deque[float] = field(default_factory=lambda: deque(maxlen=200))
+    has_metrics: bool | None = None  # None: not tried yet
+    probed: bool = False
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def healthy(self) -> bool:
+        return self.health is not Health.DOWN
+
+    @property
+    def limit(self) -> int:
+        return 1 if self.health is Health.PROBING else self.limiter.limit
+
+    def record(self) -> BackendRecord:
+        limit = self.limit
+        return BackendRecord(
+            name=self.name, limit=limit, down=not self.healthy, models=tuple(sorted(self.models)),
+            weight=self.config.weight, speed=self.speed * limit,
+            long_cap=self.reservation.long_cap(limit), borrow=self.reservation.borrow(limit),
+        )
 
 
 class BackendRegistry:
@@ -55,20 +98,27 @@ class BackendRegistry:
         client: httpx.AsyncClient,
         dispatcher: Dispatcher,
         probe_interval_s: float,
-        fail_threshold: int = 2,
+        reservation: ReservationParams | None = None,
+        fail_threshold: int = 3,
+        recover_successes: int = 3,
     ) -> None:
         self._client = client
         self._dispatcher = dispatcher
         self._interval = probe_interval_s
         self._fail_threshold = fail_threshold
+        self._recover = recover_successes
+        configs = list(configs)
+        self.reservations: dict[str, Reservation] = {}
+        for pool in {c.pool for c in configs}:
+            size = sum(1 for c in configs if c.pool == pool)
+            self.reservations[pool] = Reservation(reservation or ReservationParams(), size)
         self.backends: dict[str, BackendState] = {}
         for c in configs:
-            self.backends[c.name] = BackendState(c, set(c.models or ()), limit=c.max_concurrency)
+            params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
+            self.backends[c.name] = BackendState(
+                c, AdaptiveLimit(params), self.reservations[c.pool], set(c.models or ())
+            )
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def pools(self) -> set[str]:
-        return {b.config.pool for b in self.backends.values()}
 
     def models(self) -> list[str]:
         return sorted({m for b in self.backends.values() for m in b.models})
@@ -78,6 +128,10 @@ class BackendRegistry:
             if model in b.models:
                 return b.config.pool
         return None
+
+    def alternatives(self, model: str, failed: str) -> bool:
+        """Is there another healthy backend for this model?"""
+        return any(b.name != failed and b.healthy and model in b.models for b in self.backends.values())
 
     def any_healthy(self) -> bool:
         return any(b.healthy for b in self.backends.values())
@@ -97,7 +151,22 @@ class BackendRegistry:
             await self.probe_all()
 
     async def probe_all(self) -> None:
+        for pool, reservation in self.reservations.items():
+            reservation.tick(self._interval)
+            self._dispatcher.quiet[pool] = reservation.quiet
+        await self._read_in_flight()
         await asyncio.gather(*(self._probe(b) for b in self.backends.values()))
+
+    async def _read_in_flight(self) -> None:
+        for pool in {b.config.pool for b in self.backends.values()}:
+            try:
+                busy, borrowed = await self._dispatcher.occupancy(pool)
+            except RedisError:
+                continue
+            for b in self.backends.values():
+                if b.config.pool == pool:
+                    b.in_flight, b.borrowed = busy.get(b.name, 0), borrowed.get(b.name, 0)
+                    b.limiter.on_in_flight(b.in_flight)
 
     async def _probe(self, backend: BackendState) -> None:
         headers = {"authorization": f"Bearer {backend.config.api_key}"} if backend.config.api_key else {}
@@ -108,37 +177,102 @@ class BackendRegistry:
                 backend.models = {m["id"] for m in resp.json().get("data", []) if isinstance(m, dict)}
         except (httpx.HTTPError, ValueError):
             ok = False
+        if ok and backend.has_metrics is not False:
+            await self._scrape(backend, headers)
         self._record(backend, ok)
+        backend.limiter.tick()
         await self.publish(backend)
 
-    def _record(self, backend: BackendState, ok: bool) -> None:
-        if ok:
-            if not backend.healthy:
-                log.info("backend %s is up", backend.name)
-            backend.failures, backend.healthy = 0, True
+    async def _scrape(self, backend: BackendState, headers: dict[str, str]) -> None:
+        try:
+            resp = await self._client.get(f"{backend.config.url}/metrics", headers=headers, timeout=5.0)
+        except httpx.HTTPError:
             return
-        backend.failures += 1
-        if backend.healthy and backend.failures >= self._fail_threshold:
-            log.warning("backend %s is down after %d failures", backend.name, backend.failures)
-            backend.healthy = False
+        if resp.status_code != 200:
+            backend.has_metrics = False  # an engine without metrics: don't ask again
+            return
+        backend.has_metrics = True
+        backend.limiter.on_engine(engine_metrics.parse(resp.text))
 
-    def report(self, name: str, ok: bool) -> None:
-        """A passive signal from a real request."""
+    def _record(self, backend: BackendState, ok: bool) -> None:
+        first = not backend.probed
+        backend.probed = True
+        if ok and first:
+            backend.health = Health.UP  # at start-up a good answer is enough
+            return
+        if not ok:
+            backend.failures += 1
+            backend.successes = 0
+            if backend.health is not Health.DOWN and backend.failures >= self._fail_threshold:
+                log.warning("backend %s is down after %d failures", backend.name, backend.failures)
+                backend.health = Health.DOWN
+            elif backend.health is Health.PROBING:
+                backend.health = Health.DOWN
+            return
+        backend.failures = 0
+        if backend.health is Health.DOWN:
+            backend.health, backend.successes = Health.PROBING, 0
+        elif backend.health is Health.PROBING:
+            backend.successes += 1
+            if backend.successes >= self._recover:
+                log.info("backend %s is up", backend.name)
+                backend.health = Health.UP
+
+    def report(
+        self, name: str, ok: bool, overloaded: bool = False, ttft_s: float | None = None,
+        tpot_s: float | None = None,
+    ) -> None:
+        """A passive signal from a real request: its outcome and its timings."""
         backend = self.backends.get(name)
         if backend is None:
             return
+        if overloaded:
+            backend.limiter.on_overload()
+            return  # a busy backend is not a broken one
         if not ok:
             backend.errors_total += 1
-        was = backend.healthy
+        if ok and (ttft_s is not None or tpot_s is not None):
+            backend.limiter.on_success(ttft_s, tpot_s)
+            if ttft_s is not None:
+                backend.ttft.append(ttft_s)
+            if tpot_s is not None and tpot_s > 0:
+                backend.tpot.append(tpot_s)
+                rate = 1.0 / tpot_s
+                backend.speed = rate if backend.speed == 0 else 0.9 * backend.speed + 0.1 * rate
+        before = backend.health
         self._record(backend, ok)
-        if was != backend.healthy:
+        if before != backend.health:
             asyncio.get_running_loop().create_task(self.publish(backend))
 
     async def publish(self, backend: BackendState) -> None:
         """Write this backend's limit, health and models into its pool's Redis keys."""
         try:
-            await self._dispatcher.publish_backend(
-                backend.config.pool, backend.name, backend.limit, not backend.healthy, sorted(backend.models)
-            )
+            await self._dispatcher.publish_backend(backend.config.pool, backend.record())
         except RedisError as exc:
             log.warning("could not publish backend %s: %s", backend.name, exc)
+
+    def admin_view(self) -> list[dict[str, object]]:
+        return [_view(b) for b in self.backends.values()]
+
+
+def _percentile(values: Iterable[float], q: float) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
+
+
+def _view(b: BackendState) -> dict[str, object]:
+    e = b.limiter.engine
+    return {
+        "name": b.name, "url": b.config.url, "pool": b.config.pool, "models": sorted(b.models),
+        "state": b.health.value, "limit": b.limit, "configured_limit": b.config.max_concurrency,
+        "adaptive": b.limiter.params.adaptive, "limit_reason": b.limiter.last_reason,
+        "floor": b.limiter.params.floor, "ceiling": b.limiter.params.ceiling,
+        "in_flight": b.in_flight, "long_cap": b.reservation.long_cap(b.limit), "borrowed": b.borrowed,
+        "ttft_p50_s": _percentile(b.ttft, 0.5), "ttft_p90_s": _percentile(b.ttft, 0.9),
+        "tpot_p50_s": _percentile(b.tpot, 0.5), "tpot_p99_s": _percentile(b.tpot, 0.99),
+        "errors_total": b.errors_total, "consecutive_failures": b.failures,
+        "engine": {"running": e.running, "waiting": e.waiting, "kv_cache_usage": e.kv_usage},
+        "weight": b.config.weight, "engine_priority": b.config.engine_priority,
+    }

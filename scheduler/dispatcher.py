@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 
 from .errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
 from .keys import PoolKeys
-from .scripts import Message, Scripts, TicketSpec
+from .scripts import BackendRecord, Message, Scripts, TicketSpec, lease_record
 
 log = logging.getLogger("triage.dispatcher")
 
@@ -69,6 +69,10 @@ class _Waiter:
     started: float
 
 
+def _ints(raw: dict[bytes, bytes]) -> dict[str, int]:
+    return {k.decode(): int(float(v)) for k, v in raw.items()}
+
+
 def _eviction(reason: str) -> Exception:
     if reason == "shed":
         return Shed("the queue is full and this request was shed for more urgent work; retry later")
@@ -96,7 +100,8 @@ class Dispatcher:
         self._limits = limits
         self._heartbeat_s = heartbeat_s
         self._waiters: dict[str, _Waiter] = {}
-        self._held: dict[str, dict[str, str]] = {p: {} for p in self._keys}  # pool -> lease -> backend
+        self._held: dict[str, dict[str, str]] = {p: {} for p in self._keys}  # pool -> lease -> record
+        self.quiet: dict[str, bool] = {p: False for p in self._keys}  # no open work expected
         self._epochs: dict[str, str] = {}  # pool -> the Redis epoch last seen
         self._drain = {p: DrainRate() for p in self._keys}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -168,11 +173,9 @@ class Dispatcher:
         self._held[grant.pool].pop(grant.ticket, None)
         self._spawn(self._release(grant.pool, grant.ticket))
 
-    async def publish_backend(
-        self, pool: str, name: str, limit: int, down: bool, models: list[str]
-    ) -> None:
+    async def publish_backend(self, pool: str, backend: BackendRecord) -> None:
         """Register or update a backend in Redis; freed capacity is granted at once."""
-        messages = await self._scripts.set_backend(self._keys[pool], self.owner, name, limit, down, models)
+        messages = await self._scripts.set_backend(self._keys[pool], self.owner, backend)
         self._deliver(pool, messages)
 
     # -- internals -----------------------------------------------------------------
@@ -196,6 +199,15 @@ class Dispatcher:
             )
         self._deliver(waiter.pool, result.messages)
 
+    async def occupancy(self, pool: str) -> tuple[dict[str, int], dict[str, int]]:
+        """Leases held per backend, and how many of them are borrowed, by all replicas."""
+        keys = self._keys[pool]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.busy)
+            pipe.hgetall(keys.borrowed)
+            busy, borrowed = await pipe.execute()
+        return _ints(busy), _ints(borrowed)
+
     def drain_rate(self, pool: str) -> float:
         """Tickets granted per second in the pool, by all replicas, recently."""
         return self._drain[pool].rate
@@ -216,7 +228,11 @@ class Dispatcher:
         for msg in messages:
             waiter = self._waiters.pop(msg.ticket, None)
             if msg.kind == "G":
-                self._held[pool][msg.ticket] = msg.detail
+                spec = waiter.spec if waiter is not None else None
+                self._held[pool][msg.ticket] = lease_record(
+                    msg.detail, self.owner, spec.predicted if spec else 0, bool(spec and spec.restricted),
+                    msg.borrowed,
+                )
                 if waiter is None or waiter.future.done():
                     # its client left while the grant was on its way
                     self.release_soon(Grant(msg.ticket, pool, msg.detail, 0.0))
@@ -288,7 +304,7 @@ class Dispatcher:
     async def heartbeat(self, pool: str) -> None:
         keys = self._keys[pool]
         sent = dict(self._held[pool])
-        epoch, granted, messages = await self._scripts.heartbeat(keys, self.owner, sent)
+        epoch, granted, messages = await self._scripts.heartbeat(keys, self.owner, sent, self.quiet[pool])
         self._drain[pool].observe(time.monotonic(), granted)
         self._deliver(pool, messages)
         fresh = self._epochs.get(pool, epoch) != epoch

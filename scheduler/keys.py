@@ -11,6 +11,14 @@ key                                    type    meaning                          
 ``P:tickets``                          hash    ticket id -> packed ticket (see scripts.py)       scripts
 ``P:cap``                              hash    backend -> current concurrency limit              replicas
 ``P:busy``                             hash    backend -> leases held now                        scripts
+``P:work``                             hash    backend -> predicted tokens of its leases         scripts
+``P:weight``                           hash    backend -> routing weight                         replicas
+``P:speed``                            hash    backend -> measured decode tokens/s               replicas
+``P:lcap``                             hash    backend -> slots long/batch work may hold         replicas
+``P:lbusy``                            hash    backend -> slots long/batch work holds now        scripts
+``P:borrow``                           hash    backend -> reserved slots long work may borrow    replicas
+``P:borrowed``                         hash    backend -> reserved slots borrowed now            scripts
+``P:quiet``                            string  "1" while no short work is expected (PX TTL)      replicas
 ``P:down``                             set     backends taken out by health checks               replicas
 ``P:serves:<model>``                   set     backends that serve this model                    replicas
 ``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
@@ -24,7 +32,7 @@ key                                    type    meaning                          
 ``triage:predictor:<name>``            hash    shared weights of the online length predictor     predictor
 =====================================  ======  ================================================  =========
 
-``P`` stands for ``<prefix>:{<pool>}``. Nothing here expires by TTL: leases and
+``P`` stands for ``<prefix>:{<pool>}``. Nothing here but ``P:quiet`` expires by TTL: leases and
 owners expire by score, swept inside the dispatch script, so the sweep is atomic
 with the accounting it fixes.
 """
@@ -62,6 +70,14 @@ class PoolKeys:
     @property
     def busy(self) -> str:
         return f"{self.base}:busy"
+
+    @property
+    def borrowed(self) -> str:
+        return f"{self.base}:borrowed"
+
+    @property
+    def lbusy(self) -> str:
+        return f"{self.base}:lbusy"
 
     @property
     def down(self) -> str:

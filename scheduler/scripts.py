@@ -28,12 +28,13 @@ class Message:
     kind: str  # "G" granted, "E" evicted
     ticket: str
     detail: str  # the backend for a grant, the reason for an eviction
+    borrowed: bool = False  # a grant of a slot reserved for open (short) work
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Message:
         text = raw.decode() if isinstance(raw, bytes) else raw
-        kind, ticket, detail = text.split("|", 2)
-        return cls(kind, ticket, detail)
+        parts = text.split("|")
+        return cls(parts[0], parts[1], parts[2], len(parts) > 3 and parts[3] == "1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,30 @@ class TicketSpec:
     slack_s: float  # see policy.QueueOrder
     tier_offset_s: float = 0.0
     cost_s: float = 0.0
+    avoid: str = ""  # a backend not to use: it just failed this request
+    restricted: bool = False  # long or batch work: may hold only its share of a backend
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRecord:
+    """What the pool's Redis keys hold about one backend."""
+
+    name: str
+    limit: int  # concurrency limit now
+    down: bool = False
+    models: tuple[str, ...] = ()
+    weight: float = 1.0  # routing weight
+    speed: float = 0.0  # measured decode tokens/s; 0: unknown
+    long_cap: int | None = None  # slots restricted (long/batch) work may hold; None: all
+    borrow: int = 0  # extra slots restricted work may borrow while open work is quiet
+
+    def __post_init__(self) -> None:
+        if self.long_cap is None:
+            object.__setattr__(self, "long_cap", self.limit)
+
+
+def lease_record(backend: str, owner: str, predicted: int, restricted: bool, borrowed: bool) -> str:
+    return f"{backend}|{owner}|{predicted}|{1 if restricted else 0}|{1 if borrowed else 0}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +118,7 @@ class Scripts:
                 me, ticket.id, ticket.model, ticket.tenant, ticket.cls, ticket.predicted,
                 ticket.timeout_s, ticket.tier, ticket.slack_s, ticket.tier_offset_s, ticket.cost_s,
                 t.max_slack_s, max_queue, max_tenant_queue, t.lease_ttl_s, t.owner_ttl_s, t.max_scan,
+                ticket.avoid, 1 if ticket.restricted else 0,
             ],
         )
         return EnqueueResult(int(raw[0]), int(raw[1]), [Message.parse(m) for m in raw[2:]])
@@ -108,19 +134,21 @@ class Scripts:
         return bool(await self._cancel(keys=[keys.base], args=[ticket]))
 
     async def heartbeat(
-        self, keys: PoolKeys, me: str, leases: dict[str, str]
+        self, keys: PoolKeys, me: str, leases: dict[str, str], quiet: bool = False
     ) -> tuple[str, int, list[Message]]:
-        """Returns this Redis's epoch, the pool's grant counter and the messages for me."""
-        args = self._common(me)
-        for lease, backend in leases.items():
-            args += [lease, backend]
+        """``leases``: lease id -> lease record. ``quiet``: no open (short) work expected.
+        Returns this Redis's epoch, the pool's grant counter and the messages for me."""
+        args = [*self._common(me), 1 if quiet else 0]
+        for lease, record in leases.items():
+            args += [lease, record]
         raw = await self._heartbeat(keys=[keys.base], args=args)
         epoch = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
         return epoch, int(raw[1]), [Message.parse(m) for m in raw[2:]]
 
-    async def set_backend(
-        self, keys: PoolKeys, me: str, name: str, limit: int, down: bool, models: list[str]
-    ) -> list[Message]:
-        args = self._common(me) + [name, limit, 1 if down else 0, *models]
+    async def set_backend(self, keys: PoolKeys, me: str, backend: BackendRecord) -> list[Message]:
+        b = backend
+        args = self._common(me) + [
+            b.name, b.limit, 1 if b.down else 0, b.weight, b.speed, b.long_cap, b.borrow, *b.models,
+        ]
         raw = await self._backend(keys=[keys.base], args=args)
         return [Message.parse(m) for m in raw]

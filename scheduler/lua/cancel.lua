@@ -7,6 +7,5 @@ local packed = redis.call('HGET', base .. ':tickets', tid)
 if not packed then
   return 0
 end
-local tenant = string.match(packed, '^[^|]*|[^|]*|([^|]*)')
-drop_ticket(base, tid, tenant)
+drop_ticket(base, tid, parse_ticket(packed))
 return 1

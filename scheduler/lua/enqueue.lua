@@ -2,7 +2,7 @@
 -- KEYS[1]: pool base "<prefix>:{<pool>}" (routes the call to the pool's slot)
 -- ARGV: me, ticket, model, tenant, class, predicted, timeout_s, tier, slack_s,
 --       tier_offset_s, cost_s, max_slack_s, max_queue, max_tenant_queue,
---       lease_ttl, owner_ttl, max_scan
+--       lease_ttl, owner_ttl, max_scan, avoid, restricted
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
 --
@@ -17,6 +17,7 @@ local predicted, timeout, tier = ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local slack, tier_offset, cost = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local max_slack, max_queue, max_tenant = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
+local avoid, restricted = ARGV[18], ARGV[19]
 
 local now = now_s()
 heartbeat(base, me, owner_ttl, now)
@@ -63,7 +64,7 @@ if max_queue > 0 and qlen >= max_queue then
   local packed = redis.call('HGET', base .. ':tickets', victim)
   if packed then
     local t = parse_ticket(packed)
-    drop_ticket(base, victim, t.tenant)
+    drop_ticket(base, victim, t)
     redis.call('RPUSH', base .. ':inbox:' .. t.owner, 'E|' .. victim .. '|shed')
   else
     redis.call('ZREM', base .. ':queue', victim)
@@ -76,9 +77,12 @@ local deadline = 0
 if timeout > 0 then
   deadline = now + timeout
 end
-local packed = table.concat({me, model, tenant, class, predicted, deadline, now, tier}, '|')
+local packed = table.concat({me, model, tenant, class, predicted, deadline, now, tier, avoid, restricted}, '|')
 if redis.call('HSET', base .. ':tickets', tid, packed) == 1 then
   redis.call('HINCRBY', queued_key, tenant, 1)
+  if restricted ~= '1' then
+    redis.call('HINCRBY', base .. ':stats', 'queued_open', 1)
+  end
 end
 redis.call('ZADD', base .. ':queue', score, tid)
 local out = {1, qlen + 1}

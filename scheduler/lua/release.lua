@@ -6,12 +6,6 @@ local me, lid = ARGV[1], ARGV[2]
 local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_s()
 heartbeat(base, me, owner_ttl, now)
-local info = redis.call('HGET', base .. ':lease', lid)
-if info then
-  redis.call('ZREM', base .. ':leases', lid)
-  redis.call('HDEL', base .. ':lease', lid)
-  local backend = string.match(info, '^([^|]*)')
-  -- only a lease that still existed held a slot: never decrement twice
-  redis.call('HINCRBY', base .. ':busy', backend, -1)
-end
+-- only a lease that still exists holds a slot: releasing twice frees it once
+drop_lease(base, lid)
 return dispatch(base, me, lease_ttl, max_scan, now)

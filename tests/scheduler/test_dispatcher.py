@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from scheduler.dispatcher import Dispatcher, Grant, QueueLimits
 from scheduler.errors import DeadlineExceeded, QueueFull
 from scheduler.keys import PoolKeys
-from scheduler.scripts import Scripts, TicketSpec, Timing
+from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing
 from tests.support import eventually
 
 POOL = "m"
@@ -50,7 +50,7 @@ async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., D
 
 
 async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
-    await d.publish_backend(POOL, name, limit, False, ["m"])
+    await d.publish_backend(POOL, BackendRecord(name, limit, models=("m",)))
 
 
 async def queue_len(redis: Redis, keys: PoolKeys, test: Callable[[int], bool]) -> bool:

@@ -22,7 +22,7 @@ from scheduler.dispatcher import Dispatcher, QueueLimits
 from scheduler.errors import Shed
 from scheduler.keys import PoolKeys
 from scheduler.policy import PolicyName, PolicyParams, order
-from scheduler.scripts import Scripts, TicketSpec, Timing
+from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing
 from tests.support import eventually
 
 ME = "owner-1"
@@ -42,7 +42,7 @@ def ticket(tid: str, tokens: int, tenant: str, params: PolicyParams, tier: str =
 
 async def drain_one_at_a_time(scripts: Scripts, keys: PoolKeys, n: int) -> list[str]:
     """Open one slot and grant the queue one ticket at a time; the grant order."""
-    granted = [m.ticket for m in await scripts.set_backend(keys, ME, "b", 1, False, ["m"])]
+    granted = [m.ticket for m in await scripts.set_backend(keys, ME, BackendRecord("b", 1, models=("m",)))]
     while len(granted) < n:
         messages = await scripts.release(keys, ME, granted[-1])
         assert messages, "a queued ticket was not granted"
@@ -66,7 +66,7 @@ async def test_starvation_bound(redis: Redis, arrivals: list[tuple[int, str, flo
     params = PolicyParams(max_slack_s=0.008, slack_per_token_s=0.00001)
     scripts = Scripts(redis, Timing(30.0, 30.0, 64, max_slack_s=params.max_slack_s))
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
-    await scripts.set_backend(keys, ME, "b", 0, False, ["m"])  # no capacity yet: everything queues
+    await scripts.set_backend(keys, ME, BackendRecord("b", 0, models=("m",)))  # no capacity yet: everything queues
     ids = []
     for i, (tokens, tenant, gap) in enumerate(arrivals):
         tid = f"t{i:02d}"
@@ -91,7 +91,7 @@ async def test_short_first_within_the_bound(redis: Redis) -> None:
     params = PolicyParams(max_slack_s=30.0, slack_per_token_s=0.02)
     scripts = Scripts(redis, Timing(30.0, 30.0, 64, max_slack_s=30.0))
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
-    await scripts.set_backend(keys, ME, "b", 0, False, ["m"])
+    await scripts.set_backend(keys, ME, BackendRecord("b", 0, models=("m",)))
     for tid, tokens in [("long1", 2000), ("long2", 1000), ("short1", 20), ("mid", 300), ("short2", 40)]:
         await scripts.enqueue(keys, ME, ticket(tid, tokens, "x", params), 0, 0)
     assert await drain_one_at_a_time(scripts, keys, 5) == ["short1", "short2", "mid", "long2", "long1"]
@@ -101,7 +101,7 @@ async def test_batch_tier_goes_after_interactive(redis: Redis) -> None:
     params = PolicyParams()
     scripts = Scripts(redis, Timing(30.0, 30.0, 64))
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
-    await scripts.set_backend(keys, ME, "b", 0, False, ["m"])
+    await scripts.set_backend(keys, ME, BackendRecord("b", 0, models=("m",)))
     await scripts.enqueue(keys, ME, ticket("batch-short", 5, "x", params, tier="batch"), 0, 0)
     await scripts.enqueue(keys, ME, ticket("inter-long", 1000, "x", params), 0, 0)
     assert await drain_one_at_a_time(scripts, keys, 2) == ["inter-long", "batch-short"]
@@ -115,7 +115,7 @@ async def test_flooding_tenant_does_not_crowd_out_another(any_redis_url: str, pr
         redis, listen, Scripts(redis, Timing(30.0, 30.0, 64)), prefix, ME, ["p"], QueueLimits(), 1.0
     )
     await d.start()
-    await d.publish_backend("p", "b", 2, False, ["m"])
+    await d.publish_backend("p", BackendRecord("b", 2, models=("m",)))
     dispatched: list[str] = []
     stop = asyncio.Event()
 
@@ -150,7 +150,7 @@ async def test_full_queue_sheds_the_least_urgent(any_redis_url: str, prefix: str
         redis, listen, Scripts(redis, Timing(30.0, 30.0, 64)), prefix, ME, ["p"], QueueLimits(max_queue=2), 1.0
     )
     await d.start()
-    await d.publish_backend("p", "b", 1, False, ["m"])
+    await d.publish_backend("p", BackendRecord("b", 1, models=("m",)))
     try:
         held = await d.acquire(ticket("running", 10, "x", params), "p")
         long_wait = asyncio.create_task(d.acquire(ticket("long", 3000, "x", params), "p"))

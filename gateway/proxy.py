@@ -37,6 +37,7 @@ from .auth import Principal
 from .errors import GatewayError, from_scheduler, upstream_failed
 from .relay import RelayResponse, StreamStats, relay_events, sse_error
 from .schemas import InferenceRequest
+from .tracing import BackendCall, Reply, RequestTrace
 from .upstream import Upstream, UpstreamCall, UpstreamError, headers_for
 
 
@@ -56,6 +57,7 @@ class RequestContext:
     hint: int | None  # x-triage-expected-tokens
     oracle_tokens: int | None  # x-triage-oracle-tokens (oracle policy only)
     timeout_s: float
+    trace: RequestTrace  # spans and metrics of this request
 
 
 async def _wait_disconnect(request: Request) -> None:
@@ -87,6 +89,11 @@ def new_request_id() -> str:
     return f"req-{uuid.uuid4().hex}"
 
 
+def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
+    ctx.trace.refused(exc.outcome)
+    return from_scheduler(exc)
+
+
 class Exchange:
     """One request's state between the scheduler and the backend."""
 
@@ -99,6 +106,8 @@ class Exchange:
         self.grant: Grant | None = None
         self.response: httpx.Response | None = None  # an open upstream stream
         self.sent_at = 0.0  # when the upstream call was sent
+        self.call: BackendCall | None = None  # the backend call's span
+        self.reply: Reply | None = None  # usage and timing of the answer, once known
         self._finished = False
 
     def again(self, spec: TicketSpec) -> Exchange:
@@ -118,7 +127,10 @@ class Exchange:
         # engines with their own priority queue get our order: lower runs first
         priority = round((self.spec.slack_s + self.spec.tier_offset_s) * 1000) if backend.engine_priority else None
         body = self.req.upstream_body(priority)
-        call = UpstreamCall(backend, self.req.endpoint.value, body, headers_for(backend, self.ctx.request_id))
+        self.ctx.trace.dispatched(self.grant)
+        self.call = self.ctx.trace.call(backend, self.req)
+        headers = headers_for(backend, self.ctx.request_id, self.call.headers)
+        call = UpstreamCall(backend, self.req.endpoint.value, body, headers)
         self.sent_at = time.monotonic()
         self.response = await self.proxy.upstream.open(call, stream=self.req.stream)
         return self.response
@@ -131,6 +143,7 @@ class Exchange:
         if self._finished or self.grant is None:
             return
         self._finished = True
+        self.ctx.trace.call_done(self.call, tokens, ok, status, tpot_s, self.reply)
         proxy = self.proxy
         proxy.dispatcher.release_soon(self.grant)
         proxy.registry.report(self.grant.backend, ok, status in (429, 503), ttft_s, tpot_s)
@@ -143,7 +156,8 @@ class Exchange:
     def finish_response(self, response: httpx.Response) -> None:
         """A whole (non-streamed, or refused) answer."""
         status = response.status_code
-        tokens = _usage_tokens(response.content) if status == 200 else None
+        self.reply = Reply.from_body(response.content) if status == 200 else None
+        tokens = self.reply.tokens("completion_tokens") if self.reply else None
         tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
         self.finish(tokens, status < 500, status, None, tpot)
 
@@ -153,9 +167,12 @@ class Exchange:
             await self.response.aclose()
         tokens = stats.usage.get("completion_tokens") if stats.usage else None
         stats.started = self.sent_at
+        self.reply = Reply.from_stream(stats)
         self.finish(
             tokens if stats.completed else None, stats.error is None, 200, stats.ttft_s, stats.tpot_s(tokens)
         )
+        gone = "client_gone" if stats.client_gone else None
+        self.ctx.trace.end(200, "stream_broken" if stats.error else gone)
 
     async def relay(self, stats: StreamStats) -> AsyncIterator[bytes]:
         assert self.response is not None
@@ -198,6 +215,7 @@ class Proxy:
         )
         if not restricted:
             self.registry.reservations[pool].on_open_arrival()
+        ctx.trace.enqueued(req, placement, spec, pool)
         exchange = Exchange(self, req, ctx, inp, placement, spec, pool)
         work = asyncio.ensure_future(self.dispatcher.acquire(spec, pool))
         try:
@@ -212,10 +230,10 @@ class Proxy:
             return RelayResponse(body, stats, exchange.headers(), exchange.close_stream)
         return await self._call(request, exchange)
 
-    async def _open_with_retry(self, request: Request, exchange: Exchange) -> httpx.Response:
+    async def _open_with_retry(self, request: Request, exchange: Exchange) -> tuple[Exchange, httpx.Response]:
         """Call the backend; if it fails before the first byte, once more on another."""
         try:
-            return await until_disconnect(request, asyncio.ensure_future(exchange.open()))
+            return exchange, await until_disconnect(request, asyncio.ensure_future(exchange.open()))
         except UpstreamError as exc:
             assert exchange.grant is not None
             failed = exchange.grant.backend
@@ -234,14 +252,17 @@ class Proxy:
         except SchedulerError as exc:
             raise from_scheduler(exc) from None
         try:
-            return await until_disconnect(request, asyncio.ensure_future(exchange.open()))
+            return exchange, await until_disconnect(request, asyncio.ensure_future(exchange.open()))
         except UpstreamError as exc:
             exchange.finish(None, False)
             raise upstream_failed(str(exc)) from None
+        except BaseException:
+            exchange.finish(None, True)
+            raise
 
     async def _call(self, request: Request, exchange: Exchange) -> Response:
         try:
-            response = await self._open_with_retry(request, exchange)
+            exchange, response = await self._open_with_retry(request, exchange)
         except BaseException:
             exchange.finish(None, True)
             raise

@@ -25,8 +25,11 @@ def parse(text: str) -> EngineLoad:
         name = line[:name_end]
         if name not in RUNNING and name not in WAITING and name not in KV_USAGE:
             continue
+        rest = line[name_end:]
+        if rest.startswith("{"):
+            rest = rest.rsplit("}", 1)[-1]
         try:
-            value = float(line.rsplit("}", 1)[-1].split()[0])
+            value = float(rest.split()[0])
         except (ValueError, IndexError):
             continue
         if name in KV_USAGE:

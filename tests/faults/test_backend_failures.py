@@ -1,0 +1,100 @@
+"""Backends that fail: retried once before the first byte, an SSE error event after
+it, 502 when nothing else can serve, and the circuit breaker takes a failing one out."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from simulator.faults import FaultSettings
+from simulator.settings import SimSettings
+from simulator.testing import running_simulator
+
+MODEL = "sim-model"
+
+
+async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer GETs (probes) with the model list; drop every POST before a byte."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"GET"):
+                break
+            body = b'{"object":"list","data":[{"id":"sim-model","object":"model"}]}'
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
+@pytest.fixture
+def broken_backend() -> Iterator[str]:
+    """A real HTTP server on its own thread and loop that passes health probes but
+    drops every inference request before answering a byte."""
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(_handle, "127.0.0.1", 0))
+    port = server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    loop.call_soon_threadsafe(server.close)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+    loop.close()
+
+
+def chat(stream: bool = False, tokens: int = 5) -> dict[str, object]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": tokens,
+            "ignore_eos": True, "stream": stream}
+
+
+async def test_failure_before_first_byte_is_retried_on_another_backend(
+    gateway_factory: Callable[..., str], sim_url: str, broken_backend: str
+) -> None:
+    gw = gateway_factory([
+        {"name": "broken", "url": broken_backend, "models": [MODEL], "max_concurrency": 4, "adaptive": False},
+        {"name": "sim", "url": sim_url, "models": [MODEL], "max_concurrency": 4, "adaptive": False},
+    ])
+    async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
+        for stream in (False, True, False, True, False, True):
+            resp = await http.post("/v1/chat/completions", json=chat(stream))
+            assert resp.status_code == 200, resp.text
+            assert resp.headers["x-triage-backend"] == "sim"
+
+
+async def test_no_alternative_gives_502(gateway_factory: Callable[..., str], broken_backend: str) -> None:
+    gw = gateway_factory([{"name": "broken", "url": broken_backend, "models": [MODEL], "adaptive": False}])
+    async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
+        resp = await http.post("/v1/chat/completions", json=chat())
+        assert resp.status_code == 502
+        assert resp.json()["error"]["code"] == "bad_gateway"
+        resp = await http.post("/v1/chat/completions", json=chat(stream=True))
+        assert resp.status_code == 502
+
+
+async def test_mid_stream_failure_ends_with_an_sse_error_event(gateway_factory: Callable[..., str]) -> None:
+    faults = FaultSettings(drop_after_tokens=3)
+    with running_simulator(SimSettings(profile="fast", model=MODEL, faults=faults)) as sim:
+        gw = gateway_factory([{"name": "sim", "url": sim, "models": [MODEL], "adaptive": False}])
+        async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
+            async with http.stream("POST", "/v1/chat/completions", json=chat(True, 50)) as resp:
+                assert resp.status_code == 200
+                lines = [line async for line in resp.aiter_lines() if line.startswith("data: ")]
+    assert '"error"' in lines[-1] and "stream_broken" in lines[-1]
+    assert "[DONE]" not in lines[-1]
+
+
+async def test_overloaded_backend_answer_passes_through(gateway_factory: Callable[..., str]) -> None:
+    faults = FaultSettings(fail_rate=1.0, status_code=429, retry_after=2)
+    with running_simulator(SimSettings(profile="fast", model=MODEL, faults=faults)) as sim:
+        gw = gateway_factory([{"name": "sim", "url": sim, "models": [MODEL]}])
+        async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
+            resp = await http.post("/v1/chat/completions", json=chat())
+    assert resp.status_code == 429
+    assert "error" in resp.json()

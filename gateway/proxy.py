@@ -16,13 +16,12 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -174,7 +173,7 @@ class Exchange:
         gone = "client_gone" if stats.client_gone else None
         self.ctx.trace.end(200, "stream_broken" if stats.error else gone)
 
-    async def relay(self, stats: StreamStats) -> AsyncIterator[bytes]:
+    async def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
         assert self.response is not None
         async for block in relay_events(self.response, self.req.include_usage, stats):
             yield block
@@ -223,7 +222,7 @@ class Proxy:
                 request, work, self.comment_after_s if req.stream else None
             )
         except SchedulerError as exc:
-            raise from_scheduler(exc) from None
+            raise _refused(ctx, exc) from None
         except StillQueued:
             stats = StreamStats()
             body = self._queued_stream(exchange, pool, work, stats)
@@ -250,7 +249,7 @@ class Proxy:
                 request, asyncio.ensure_future(self.dispatcher.acquire(retry, exchange.pool))
             )
         except SchedulerError as exc:
-            raise from_scheduler(exc) from None
+            raise _refused(exchange.ctx, exc) from None
         try:
             return exchange, await until_disconnect(request, asyncio.ensure_future(exchange.open()))
         except UpstreamError as exc:
@@ -279,7 +278,7 @@ class Proxy:
 
     async def _queued_stream(
         self, exchange: Exchange, pool: str, work: asyncio.Future[Grant], stats: StreamStats
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The body of a stream that started while queued: comments, then the relay."""
         try:
             while not work.done():
@@ -291,7 +290,7 @@ class Proxy:
                 await asyncio.wait({work}, timeout=self.comment_every_s)
             exchange.grant = work.result()
         except SchedulerError as exc:
-            error = from_scheduler(exc)
+            error = _refused(exchange.ctx, exc)
             yield sse_error(error.message, error.type, error.code)
             return
         finally:
@@ -311,12 +310,3 @@ class Proxy:
         async for block in exchange.relay(stats):
             yield block
 
-
-def _usage_tokens(content: bytes) -> int | None:
-    try:
-        usage = orjson.loads(content).get("usage")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        return int(usage["completion_tokens"])
-    return None

@@ -214,8 +214,8 @@ class Dispatcher:
 
     async def position(self, pool: str, ticket: str) -> int | None:
         """1-based place of a queued ticket, None once it left the queue."""
-        rank = await self._redis.zrank(self._keys[pool].queue, ticket)
-        return None if rank is None else int(rank) + 1
+        rank: int | None = await self._redis.zrank(self._keys[pool].queue, ticket)  # type: ignore[assignment]
+        return None if rank is None else rank + 1
 
     def _retry_after(self, pool: str, queue_len: int) -> float:
         """Seconds until a tenth of the queue has drained, from the recent grant rate."""

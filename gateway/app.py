@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from opentelemetry.trace import TracerProvider
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
@@ -21,12 +23,14 @@ from scheduler.reservation import ReservationParams
 from scheduler.scripts import Scripts, Timing
 from scheduler.types import ClassThresholds
 
+from . import admin
 from .auth import Authenticator
 from .errors import GatewayError
 from .proxy import Proxy
 from .routes import router
 from .settings import Settings
 from .state import Gateway
+from .telemetry import OtelConfig, Telemetry
 from .upstream import Upstream, make_client
 
 
@@ -64,14 +68,20 @@ def policy_params(settings: Settings) -> PolicyParams:
     )
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(
+    settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None
+) -> FastAPI:
+    """``tracer_provider``: where spans go (tests pass one with an in-memory exporter);
+    ``otel``: the exporters, by default from the standard ``OTEL_*`` environment."""
     if not settings.redis_url:
         raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
+    redis_url: str = settings.redis_url
+    otel = otel if otel is not None else OtelConfig.from_env(os.environ)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        redis = Redis.from_url(settings.redis_url, health_check_interval=10)
-        listen = Redis.from_url(settings.redis_url)  # its own connection for blocking BLPOP
+        redis = Redis.from_url(redis_url, health_check_interval=10)
+        listen = Redis.from_url(redis_url)  # its own connection for blocking BLPOP
         client = make_client(settings.upstream_timeout_s)
         timing = Timing(
             settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
@@ -91,16 +101,22 @@ def create_app(settings: Settings) -> FastAPI:
             PriorPredictor(), settings.policy, policy_params(settings),
             ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),
         )
+        telemetry = Telemetry(
+            otel, registry, redis, settings.key_prefix, settings.policy.value, settings.trace_content,
+            tracer_provider, dispatcher.owner,
+        )
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(dispatcher, registry, classifier, Upstream(client), settings.tiers[0]),
+            Proxy(dispatcher, registry, classifier, Upstream(client), settings.tiers[0]), telemetry,
         )
         app.state.gateway = gateway
         await dispatcher.start()
         await registry.start()
+        await telemetry.start(settings.probe_interval_s)
         try:
             yield
         finally:
+            await telemetry.stop()
             await registry.stop()
             await dispatcher.stop()
             await client.aclose()
@@ -109,6 +125,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)
+    app.include_router(admin.router)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

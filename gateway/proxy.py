@@ -142,7 +142,6 @@ class Exchange:
         if self._finished or self.grant is None:
             return
         self._finished = True
-        self.ctx.trace.call_done(self.call, tokens, ok, status, tpot_s, self.reply)
         proxy = self.proxy
         proxy.dispatcher.release_soon(self.grant)
         proxy.registry.report(self.grant.backend, ok, status in (429, 503), ttft_s, tpot_s)
@@ -151,6 +150,7 @@ class Exchange:
         # a reply cut at max_tokens says only "at least": learning from it would bias low
         if tokens is not None and ok and (self.req.max_tokens is None or tokens < self.req.max_tokens):
             proxy.classifier.predictor.observe(self.inp, tokens)
+        self.ctx.trace.call_done(self.call, tokens, ok, status, tpot_s, self.reply)  # after the slot is back
 
     def finish_response(self, response: httpx.Response) -> None:
         """A whole (non-streamed, or refused) answer."""

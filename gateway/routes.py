@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from .errors import GatewayError
 from .proxy import ClientGone, RequestContext, new_request_id
+from .relay import RelayResponse
 from .schemas import Endpoint, parse, parse_int_header
 from .state import Gateway
 
@@ -41,6 +42,7 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     gw: Gateway = request.app.state.gateway
     request_id = new_request_id()
     headers = request.headers
+    trace = gw.telemetry.begin(headers, endpoint.operation, endpoint.value)
     try:
         principal = gw.auth.authenticate(headers.get("authorization"))
         raw = await _read_body(request, gw.settings.max_body_bytes)
@@ -53,12 +55,21 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
             hint=parse_int_header(headers.get("x-triage-expected-tokens"), "x-triage-expected-tokens"),
             oracle_tokens=parse_int_header(headers.get("x-triage-oracle-tokens"), "x-triage-oracle-tokens"),
             timeout_s=timeout_ms / 1000 if timeout_ms is not None else gw.settings.queue_timeout_s,
+            trace=trace,
         )
-        return await gw.proxy.handle(request, req, ctx)
+        response = await gw.proxy.handle(request, req, ctx)
     except GatewayError as exc:
+        trace.end(exc.status, exc.code or exc.type)
         return exc.response(request_id)
     except ClientGone:
+        trace.end(499, "client_gone")
         return Response(status_code=499, headers={"x-request-id": request_id})
+    except BaseException:
+        trace.end(500, "internal")
+        raise
+    if not isinstance(response, RelayResponse):  # a stream's trace ends with its last byte
+        trace.end(response.status_code)
+    return response
 
 
 @router.post("/v1/chat/completions")

@@ -13,6 +13,7 @@ from scheduler.dispatcher import Dispatcher
 from .auth import Authenticator
 from .proxy import Proxy
 from .settings import Settings
+from .telemetry import Telemetry
 
 
 @dataclass(slots=True)
@@ -23,6 +24,7 @@ class Gateway:
     registry: BackendRegistry
     auth: Authenticator
     proxy: Proxy
+    telemetry: Telemetry
 
     async def redis_ok(self) -> bool:
         try:

@@ -1,0 +1,153 @@
+"""Traces and metrics for one gateway: providers, exporters and what the routes read.
+
+Exporters follow the standard OpenTelemetry environment, read once at the edge
+(``OtelConfig.from_env``, called by ``create_app``):
+
+- ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the per-signal ``..._TRACES_ENDPOINT`` /
+  ``..._METRICS_ENDPOINT``) set: traces and metrics go out over OTLP http/protobuf.
+  The exporters read the rest themselves (headers, timeout, compression,
+  certificates), as do ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` and
+  ``OTEL_TRACES_SAMPLER``; ``OTEL_METRIC_EXPORT_INTERVAL`` (ms, default 60000) sets
+  how often metrics go out.
+- ``OTEL_SDK_DISABLED=true`` or ``OTEL_{TRACES,METRICS}_EXPORTER=none``: that signal is not exported.
+
+With no trace exporter and no tracer provider passed in, spans are not recorded
+(the API's no-op tracer: a client's ``traceparent`` is still passed to the backend
+unchanged). Metrics are always kept, for ``/metrics`` and ``/admin/stats``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from redis.asyncio import Redis
+from starlette.datastructures import Headers
+
+from scheduler.backends import BackendConfig, BackendRegistry
+
+from . import semconv as sc
+from .accuracy import RankAccuracy
+from .metrics import Instruments
+from .otlp_metrics import OtlpMetrics
+from .prometheus import render
+from .queue_depth import QueueDepth
+from .stats import WindowStats
+from .tracing import RequestTrace
+
+
+def _on(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True, slots=True)
+class OtelConfig:
+    export_traces: bool = False
+    export_metrics: bool = False
+    service_name: str = "triage-gateway"
+    metric_interval_s: float = 60.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> OtelConfig:
+        if _on(env, "OTEL_SDK_DISABLED"):
+            return cls()
+        base = bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+        def wanted(signal: str) -> bool:
+            if env.get(f"OTEL_{signal}_EXPORTER", "otlp").strip().lower() == "none":
+                return False
+            return base or bool(env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+
+        try:
+            interval_s = float(env.get("OTEL_METRIC_EXPORT_INTERVAL") or 60_000) / 1000
+        except ValueError:
+            interval_s = 60.0
+        service = env.get("OTEL_SERVICE_NAME") or "triage-gateway"
+        return cls(wanted("TRACES"), wanted("METRICS"), service, max(1.0, interval_s))
+
+
+class Telemetry:
+    """Built in ``create_app``'s lifespan; ``start``/``stop`` with the gateway."""
+
+    def __init__(
+        self,
+        config: OtelConfig,
+        registry: BackendRegistry,
+        redis: Redis,
+        key_prefix: str,
+        policy: str,
+        capture_content: bool = False,
+        tracer_provider: trace.TracerProvider | None = None,
+        instance_id: str = "",
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.capture_content = capture_content
+        resource = Resource.create(
+            {"service.name": config.service_name, "service.instance.id": instance_id}, schema_url=sc.SCHEMA_URL
+        )
+        self._owned_tracer: trace.TracerProvider | None = None
+        if tracer_provider is None and config.export_traces:
+            tracer_provider = self._owned_tracer = _otlp_tracer_provider(resource)
+        provider = tracer_provider or trace.NoOpTracerProvider()
+        self.tracer = provider.get_tracer(sc.INSTRUMENTATION_NAME, schema_url=sc.SCHEMA_URL)
+        self.propagator = TraceContextTextMapPropagator()
+
+        self.registry = registry
+        self.depth = QueueDepth(redis, key_prefix, {b.config.pool for b in registry.backends.values()})
+        self.accuracy = RankAccuracy()
+        self.stats = WindowStats(classes=("short", "medium", "long"))
+        self.instruments = Instruments(registry, self.depth, self.accuracy)
+        self._otlp: OtlpMetrics | None = None
+        if config.export_metrics:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            self._otlp = OtlpMetrics(
+                self.instruments.registry, resource, OTLPMetricExporter(), config.metric_interval_s
+            )
+        self._addresses: dict[str, tuple[str, int]] = {}
+
+    def begin(self, headers: Headers, operation: str, route: str) -> RequestTrace:
+        """A request arrived: its trace starts, inside the client's if it sent one."""
+        parent = self.propagator.extract(headers) if "traceparent" in headers else None
+        return RequestTrace(self, operation, route, parent)
+
+    def address(self, backend: BackendConfig) -> tuple[str, int]:
+        """``server.address`` and ``server.port`` of a backend."""
+        found = self._addresses.get(backend.name)
+        if found is None:
+            parts = urlsplit(backend.url)
+            found = (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+            self._addresses[backend.name] = found
+        return found
+
+    async def metrics_text(self) -> bytes:
+        await self.depth.refresh()
+        return render(self.instruments.registry)
+
+    async def start(self, depth_interval_s: float) -> None:
+        if self._otlp is not None:  # scrapes refresh the depth themselves; OTLP needs a timer
+            await self.depth.start(depth_interval_s)
+            await self._otlp.start()
+
+    async def stop(self) -> None:
+        await self.depth.stop()
+        if self._otlp is not None:
+            await self._otlp.stop()
+        shutdown = getattr(self._owned_tracer, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def _otlp_tracer_provider(resource: Resource) -> trace.TracerProvider:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider

@@ -1,0 +1,58 @@
+"""The dashboard in a real headless browser: it loads, shows what /admin/stats says, no errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.observability.browser import find_chromium, open_page
+from tests.observability.conftest import get_json, stream_chat
+from tests.support import eventually
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no Chromium here and it cannot be installed (apt-get install chromium needs root)")
+    return binary
+
+
+async def test_dashboard_shows_the_stats(observed: Callable[..., str], chromium: str) -> None:
+    base = observed()
+    async with httpx.AsyncClient(timeout=120) as client:
+        await asyncio.gather(*(stream_chat(client, base, 3 + i % 5, prompt=f"d{i}") for i in range(12)))
+    stats = await get_json(base, "/admin/stats")
+    backends = (await get_json(base, "/admin/backends"))["backends"]
+
+    async with open_page(chromium, f"{base}/dashboard") as page:
+        await eventually(lambda: _ready(page), 30)
+        cells = await page.evaluate(
+            "[...document.querySelectorAll('td[data-metric]')]"
+            ".map(td => [td.dataset.class, td.dataset.metric, td.dataset.value, td.textContent])"
+        )
+        charts = await page.evaluate("[...document.querySelectorAll('svg')].map(s => s.querySelectorAll('polyline').length)")
+        replica = await page.evaluate("document.getElementById('replica').textContent")
+        png = await page.screenshot()
+        assert not page.errors, page.errors
+
+    assert replica == stats["replica"]
+    shown = {(c, m): (v, text) for c, m, v, text in cells}
+    short = stats["classes"]["short"]
+    for metric in ("rps", "output_tps", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "queue_depth", "rejections"):
+        value, _ = shown[("short", metric)]
+        assert float(value) == pytest.approx(short[metric]), metric
+    assert shown[("short", "ttft_p99_s")][1] == f"{short['ttft_p99_s'] * 1000:.1f} ms"
+    assert shown[("short", "rps")][1] == f"{short['rps']:.2f}"
+    assert float(shown[("sim", "limit")][0]) == backends[0]["limit"]
+    assert sum(charts) >= 3  # queue depth and TTFT lines per class, RPS and TPS lines
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def _ready(page: object) -> bool:
+    # the page counts its successful refreshes; before it loads, there is no body or no count
+    expression = "document.body ? Number(document.body.dataset.ready || 0) : 0"
+    return await page.evaluate(expression) >= 1  # type: ignore[attr-defined]

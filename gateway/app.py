@@ -15,10 +15,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from scheduler.backends import BackendConfig, BackendRegistry
-from scheduler.classify import Classifier, PriorPredictor
+from scheduler.classify import Classifier, Predictor, PriorPredictor
 from scheduler.dispatcher import Dispatcher, QueueLimits
+from scheduler.learning import PredictorSync
 from scheduler.limits import LimitParams
 from scheduler.policy import PolicyParams
+from scheduler.predictor import LengthPredictor, PredictorConfig
 from scheduler.reservation import ReservationParams
 from scheduler.scripts import Scripts, Timing
 from scheduler.types import ClassThresholds
@@ -68,6 +70,15 @@ def policy_params(settings: Settings) -> PolicyParams:
     )
 
 
+def make_predictor(settings: Settings) -> Predictor:
+    if settings.predictor == "prior":
+        return PriorPredictor(settings.prior_tokens)
+    config = PredictorConfig(
+        name=settings.predictor_name, prefix=settings.key_prefix, prior_tokens=settings.prior_tokens
+    )
+    return LengthPredictor(config)
+
+
 def create_app(
     settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None
 ) -> FastAPI:
@@ -97,8 +108,11 @@ def create_app(
         registry = BackendRegistry(
             configs, client, dispatcher, settings.probe_interval_s, reservation_params(settings)
         )
+        predictor = make_predictor(settings)
+        learned = isinstance(predictor, LengthPredictor)
+        sync = PredictorSync(predictor, redis, settings.predictor_sync_s) if learned else None
         classifier = Classifier(
-            PriorPredictor(), settings.policy, policy_params(settings),
+            predictor, settings.policy, policy_params(settings),
             ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),
         )
         telemetry = Telemetry(
@@ -113,9 +127,13 @@ def create_app(
         await dispatcher.start()
         await registry.start()
         await telemetry.start(settings.probe_interval_s)
+        if sync is not None:
+            await sync.start()
         try:
             yield
         finally:
+            if sync is not None:
+                await sync.stop()
             await telemetry.stop()
             await registry.stop()
             await dispatcher.stop()

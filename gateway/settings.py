@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -99,6 +99,12 @@ class Settings(BaseSettings):
     reserve_headroom_slots: float = Field(default=1.0, ge=0)
     borrow_share: float = Field(default=0.5, ge=0, le=1)
     quiet_after_s: float = Field(default=10.0, ge=0)
+
+    # output-length prediction
+    predictor: Literal["learned", "prior"] = "learned"  # prior: hints and caps only
+    predictor_name: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
+    predictor_sync_s: float = Field(default=5.0, gt=0)  # share what was learned this often
+    prior_tokens: float = Field(default=250.0, gt=0)  # cold-start guess
 
     # leases and liveness
     lease_ttl_s: float = Field(default=30.0, gt=0)

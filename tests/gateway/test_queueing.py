@@ -93,9 +93,11 @@ async def test_shorts_overtake_longs_across_replicas(one_slot, blocker, redis, p
     done: list[str] = []
 
     async def send(gateway: str, label: str, hint: int) -> None:
+        # a hint is bounded by max_tokens; the reply itself stays short (no ignore_eos)
+        body = {**chat(hint + 100), "ignore_eos": False}
         async with httpx.AsyncClient(timeout=60) as http:
             resp = await http.post(
-                f"{gateway}/v1/chat/completions", json=chat(3), headers={"x-triage-expected-tokens": str(hint)}
+                f"{gateway}/v1/chat/completions", json=body, headers={"x-triage-expected-tokens": str(hint)}
             )
         assert resp.status_code == 200
         done.append(label)

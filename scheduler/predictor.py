@@ -1,0 +1,195 @@
+"""Output-length predictor: how many tokens will this request generate?
+
+Layers, first match wins:
+
+1. **Hint** - the client said (``x-triage-expected-tokens``). Trusted as given,
+   only bounded by ``max_tokens``.
+2. **Learned / prior** - an online linear model of ``log(output tokens)`` over
+   hashed lexical features of the prompt (see :mod:`scheduler.features`), trained
+   with AdaGrad on every completed request, plus a fast per-template correction:
+   the shrunk mean residual of recent requests with the same model, tenant and
+   system prompt. Before ``min_observations`` the source says PRIOR; the estimate
+   then starts at ``prior_tokens`` (or the shipped warm start, when configured).
+3. **Cap** - ``max_tokens`` bounds the estimate. It is a cap, not a guess (many
+   clients send 4096 on everything), so it only wins when it is smaller.
+
+The upper quantile comes from a histogram of log-space residuals measured before
+each update (progressive validation), so it tracks how wrong the model really is.
+
+``predict`` and ``observe`` are synchronous and in memory. ``push`` and ``pull``
+share the learned sums through Redis (:mod:`scheduler.predictor_store`); the
+gateway calls them every few seconds from a background task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from scheduler.features import FeatureSpec, extract, template_key
+from scheduler.keys import DEFAULT_PREFIX, predictor_key
+from scheduler.predictor_store import SharedState
+from scheduler.types import PredictInput, Prediction, PredictionSource
+
+# Residual histogram: bins of 0.1 in log space (about 10%) from -4 to +4.
+_BIN_WIDTH = 0.1
+_BIN_LOW = -4.0
+_BINS = 80
+_MAX_LOG = math.log(1_000_000)  # bounds exp() whatever the weights say
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorConfig:
+    """Typed settings of one predictor; parsed at the edge, passed down."""
+
+    name: str = "default"  # the shared state lives at predictor_key(name, prefix)
+    prefix: str = DEFAULT_PREFIX
+    prior_tokens: float = 250.0  # cold start: ShareGPT's median reply is ~240 cl100k tokens
+    prior_upper_ratio: float = 3.0  # cold start: upper = ratio x tokens (ShareGPT p90/p50 ~ 2.3)
+    learning_rate: float = 0.05  # AdaGrad step; per-feature steps shrink as 1/sqrt(sum g^2)
+    huber: float = 1.0  # clip of the log-space error: a 1-token reply must not swing the model
+    min_observations: int = 50  # until then the source is PRIOR
+    quantile: float = 0.9  # of the upper estimate
+    min_residuals: int = 50  # residuals needed before the histogram replaces prior_upper_ratio
+    template_shrink: float = 20.0  # correction = sum / (count + shrink)
+    template_window: float = 400.0  # halve a template's sums past this count: recent data weighs more
+    features: FeatureSpec = field(default_factory=FeatureSpec)
+    warm_start: Path | None = None  # JSON of fields -> values (see predictor_eval --save-warm-start)
+
+
+class LengthPredictor:
+    """Predicts output tokens; learns from the lengths it is shown afterwards."""
+
+    def __init__(self, config: PredictorConfig | None = None) -> None:
+        self.config = config or PredictorConfig()
+        self._key = predictor_key(self.config.name, self.config.prefix)
+        self._state = SharedState(_BINS)
+        self._prior_log = math.log(max(1.0, self.config.prior_tokens))
+        if self.config.warm_start is not None:
+            self._state.load_base(orjson.loads(self.config.warm_start.read_bytes()))
+
+    @property
+    def observations(self) -> float:
+        """Requests learned from, by all replicas (as of the last pull) plus this one."""
+        return self._state.get("n")
+
+    # Deciding.
+
+    def predict(self, inp: PredictInput) -> Prediction:
+        cap = inp.max_tokens if inp.max_tokens is not None and inp.max_tokens > 0 else None
+        if inp.hint is not None and inp.hint > 0:
+            tokens = float(inp.hint if cap is None else min(inp.hint, cap))
+            return Prediction(tokens=tokens, upper=tokens, source=PredictionSource.HINT)
+
+        linear = self._linear(extract(inp, self.config.features))
+        z = min(_MAX_LOG, max(0.0, linear + self._correction(template_key(inp))))
+        tokens = math.exp(z)
+        upper = max(tokens, math.exp(min(_MAX_LOG, z + self._upper_offset())))
+        learned = self._state.get("n") >= self.config.min_observations
+        source = PredictionSource.LEARNED if learned else PredictionSource.PRIOR
+        if cap is not None:
+            if cap < tokens:
+                return Prediction(tokens=float(cap), upper=float(cap), source=PredictionSource.CAP)
+            upper = min(upper, float(cap))
+        return Prediction(tokens=tokens, upper=upper, source=source)
+
+    # Learning.
+
+    def observe(self, inp: PredictInput, actual_tokens: int) -> None:
+        """Learn from one finished request (its real output token count).
+
+        Requests that came with a hint are learned from too: the text is the same
+        kind of evidence, and later requests of that app may come without one.
+        """
+        state = self._state
+        cfg = self.config
+        y = math.log(max(1, actual_tokens))
+        x = extract(inp, cfg.features)
+        linear = self._linear(x)
+        group = template_key(inp)
+
+        # Progressive validation: residual of the full prediction, before learning.
+        residual = y - (linear + self._correction(group))
+        index = int((residual - _BIN_LOW) / _BIN_WIDTH)
+        state.add_bin(min(_BINS - 1, max(0, index)), 1.0)
+
+        # AdaGrad on the Huber loss of the linear part.
+        error = max(-cfg.huber, min(cfg.huber, linear - y))
+        rate = cfg.learning_rate
+        get = state.get
+        add = state.add
+        for slot, value in x:
+            grad = error * value
+            if grad == 0.0:
+                continue
+            g2 = get(f"g:{slot}") + grad * grad
+            add(f"g:{slot}", grad * grad)
+            add(f"w:{slot}", -rate * grad / math.sqrt(g2))
+
+        # The template correction learns the linear model's residual on that template;
+        # it reacts within tens of requests, where the hashed template weight needs
+        # hundreds. The linear model takes over as it learns, and the window forgets.
+        count = get(f"c:{group}")
+        if count >= cfg.template_window:
+            add(f"s:{group}", -0.5 * get(f"s:{group}"))
+            add(f"c:{group}", -0.5 * count)
+        add(f"s:{group}", y - linear)
+        add(f"c:{group}", 1.0)
+        add("n", 1.0)
+
+    # Sharing.
+
+    async def push(self, redis: Any) -> None:
+        """Flush what this replica learned since the last push (HINCRBYFLOAT, one pipeline)."""
+        await self._state.push(redis, self._key)
+
+    async def pull(self, redis: Any) -> None:
+        """Load the state merged from every replica (HGETALL, skipped when unchanged)."""
+        await self._state.pull(redis, self._key)
+
+    def snapshot(self) -> dict[str, float]:
+        """Every learned sum, e.g. to write a warm-start file."""
+        return self._state.snapshot()
+
+    # Internals.
+
+    def _linear(self, x: list[tuple[int, float]]) -> float:
+        values = self._state.values
+        total = self._prior_log
+        for slot, value in x:
+            weight = values.get(f"w:{slot}")
+            if weight is not None:
+                total += weight * value
+        return total
+
+    def _correction(self, group: str) -> float:
+        count = self._state.get(f"c:{group}")
+        if count <= 0.0:
+            return 0.0
+        return self._state.get(f"s:{group}") / (count + self.config.template_shrink)
+
+    def _upper_offset(self) -> float:
+        """Log-space offset of the upper quantile above the point estimate."""
+        hist = self._state.hist
+        total = sum(hist)
+        if total < self.config.min_residuals:
+            return math.log(self.config.prior_upper_ratio)
+        # The point estimate sits at the residuals' median; the offset is the distance
+        # from the median bin to the quantile bin, so a biased model does not shift it.
+        median = _quantile_of(hist, 0.5 * total)
+        upper = _quantile_of(hist, self.config.quantile * total)
+        return max(0.0, upper - median)
+
+
+def _quantile_of(hist: list[float], rank: float) -> float:
+    """Log-space value at a cumulative count in the residual histogram."""
+    seen = 0.0
+    for index, count in enumerate(hist):
+        seen += count
+        if seen >= rank:
+            return _BIN_LOW + (index + 0.5) * _BIN_WIDTH
+    return _BIN_LOW + _BINS * _BIN_WIDTH

@@ -1,0 +1,124 @@
+"""The length predictor's learned state, and how replicas share it through Redis.
+
+Every number of the state is a *sum*: weights, AdaGrad's squared-gradient sums,
+per-template residual sums and counts, residual histogram bins, the number of
+observations. Sums merge by adding, so replicas never overwrite each other:
+
+* ``observe`` changes the local value and records the same change as a pending
+  delta;
+* ``push`` sends every pending delta with ``HINCRBYFLOAT`` in one pipeline;
+* ``pull`` reads the merged hash with ``HGETALL`` and sets local = remote + pending.
+
+Two replicas that learn at once therefore both see the sum of their updates, the
+same thing one replica would have learned from both streams (up to the order of
+the steps, which AdaGrad tolerates). The hash outlives every replica, so a
+restarted gateway resumes where the fleet was.
+
+Fields of the hash ``predictor_key(name, prefix)``:
+
+=================  ====================================================
+``w:<slot>``       weight of a hashed feature
+``g:<slot>``       AdaGrad sum of squared gradients of that feature
+``s:<template>``   sum of log-space residuals of a template
+``c:<template>``   number of those residuals
+``h:<bin>``        residual histogram bin (for the upper quantile)
+``n``              observations learned, all replicas together
+``rev``            incremented by every push; lets ``pull`` skip an unchanged hash
+=================  ====================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class SharedState:
+    """Sums learned locally and from the other replicas, plus what is not yet pushed."""
+
+    def __init__(self, histogram_bins: int) -> None:
+        self.base: dict[str, float] = {}  # shipped warm start: local only, never pushed
+        self.values: dict[str, float] = {}  # field -> base + remote + pending
+        self.pending: dict[str, float] = {}  # field -> delta not yet pushed
+        self.hist = [0.0] * histogram_bins  # mirror of the h:<bin> fields, kept as a list for speed
+        self._rev_seen = -1  # rev of the hash our local values reflect
+        self._lock = asyncio.Lock()
+
+    # Hot path: plain dict arithmetic, no I/O.
+
+    def get(self, field: str) -> float:
+        return self.values.get(field, 0.0)
+
+    def add(self, field: str, delta: float) -> None:
+        values = self.values
+        values[field] = values.get(field, 0.0) + delta
+        pending = self.pending
+        pending[field] = pending.get(field, 0.0) + delta
+
+    def add_bin(self, index: int, delta: float) -> None:
+        self.hist[index] += delta
+        self.add(f"h:{index}", delta)
+
+    # Sharing.
+
+    async def push(self, redis: Any, key: str) -> None:
+        """Flush pending deltas with HINCRBYFLOAT; on failure they stay pending."""
+        async with self._lock:
+            if not self.pending:
+                return
+            batch, self.pending = self.pending, {}
+            try:
+                async with redis.pipeline(transaction=False) as pipe:
+                    for field, delta in batch.items():
+                        pipe.hincrbyfloat(key, field, delta)
+                    pipe.hincrby(key, "rev", 1)
+                    results = await pipe.execute()
+            except BaseException:
+                # Nothing is lost: put the batch back under whatever was learned since.
+                for field, delta in batch.items():
+                    self.pending[field] = self.pending.get(field, 0.0) + delta
+                raise
+            rev = int(results[-1])
+            # If nobody else pushed since our last pull, the hash now equals our local
+            # values (minus what was learned during the await, which is still pending),
+            # so the next pull has nothing to fetch.
+            if rev == self._rev_seen + 1:
+                self._rev_seen = rev
+
+    async def pull(self, redis: Any, key: str) -> None:
+        """Replace local values by base + the merged hash + what is still pending."""
+        async with self._lock:
+            rev_raw = await redis.hget(key, "rev")
+            rev = int(rev_raw) if rev_raw is not None else 0
+            if rev == self._rev_seen:
+                return
+            raw = await redis.hgetall(key)
+            values = dict(self.base)
+            for field_raw, value_raw in raw.items():
+                field = field_raw.decode() if isinstance(field_raw, bytes) else field_raw
+                if field != "rev":
+                    values[field] = values.get(field, 0.0) + float(value_raw)
+            for field, delta in self.pending.items():
+                values[field] = values.get(field, 0.0) + delta
+            self.values = values
+            hist = [0.0] * len(self.hist)
+            for index in range(len(hist)):
+                hist[index] = values.get(f"h:{index}", 0.0)
+            self.hist = hist
+            self._rev_seen = int(raw.get(b"rev", raw.get("rev", rev)))
+
+    # Offline snapshots (the shipped warm start, benchmarks).
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.values)
+
+    def load_base(self, values: dict[str, float]) -> None:
+        """Seed a warm start. Each replica adds it locally and none pushes it, so the
+        shared hash holds only what was learned online and nothing is counted twice."""
+        for field, value in values.items():
+            self.base[field] = self.base.get(field, 0.0) + value
+            self.values[field] = self.values.get(field, 0.0) + value
+            if field.startswith("h:"):
+                index = int(field[2:])
+                if index < len(self.hist):
+                    self.hist[index] += value

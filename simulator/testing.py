@@ -1,8 +1,7 @@
-"""``running_simulator``: a real simulator server on loopback, for tests in any package.
-
-The server runs in a background thread with its own event loop, so synchronous tests
-and tests on another event loop can both use it. The socket is bound and listening
-before the thread starts, so the URL is usable as soon as the context is entered.
+"""Real servers on loopback for tests in any package: an ASGI app served by uvicorn in
+a background thread with its own event loop, so synchronous tests and tests on another
+event loop can both use it. The socket is bound and listening before the thread
+starts, so the URL is usable as soon as the context is entered.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import uvicorn
@@ -32,27 +31,43 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.contextmanager
-def running_simulator(settings: SimSettings | None = None, *, port: int = 0) -> Iterator[str]:
-    """Serve ``settings`` on ``settings.host`` and yield the base URL (``http://host:port``).
-
-    ``port=0`` (the default) picks a free port; ``settings.port`` is ignored.
-    """
-    settings = settings or SimSettings(profile="fast")
+def serving(config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve the uvicorn config that ``config_for(bound_port)`` returns; yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, port))
+    sock.bind((host, port))
     sock.listen(1024)
     bound_port = sock.getsockname()[1]
-    quiet_injected_drops()
     ready = threading.Event()
-    server = _Server(uvicorn_config(replace(settings, port=bound_port)), ready)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="simulator", daemon=True)
+    server = _Server(config_for(bound_port), ready)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="test-server", daemon=True)
     thread.start()
     try:
         if not ready.wait(timeout=30):
-            raise RuntimeError("simulator did not start within 30 s")
-        yield f"http://{settings.host}:{bound_port}"
+            raise RuntimeError("server did not start within 30 s")
+        yield f"http://{host}:{bound_port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def running_app(app: object, host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
+    """Serve any ASGI ``app`` (lifespan included) on a free port; yield its base URL."""
+
+    def config(port: int) -> uvicorn.Config:
+        return uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
+        )
+
+    return serving(config, host)
+
+
+def running_simulator(settings: SimSettings | None = None, *, port: int = 0) -> contextlib.AbstractContextManager[str]:
+    """Serve a simulator on ``settings.host`` and yield the base URL (``http://host:port``).
+
+    ``port=0`` (the default) picks a free port; ``settings.port`` is ignored.
+    """
+    resolved = settings or SimSettings(profile="fast")
+    quiet_injected_drops()
+    return serving(lambda bound: uvicorn_config(replace(resolved, port=bound)), resolved.host, port)

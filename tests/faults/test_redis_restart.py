@@ -5,43 +5,16 @@ queued again, and no backend slot leaks. Redis is a real server process."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
-import pytest
 from redis.asyncio import Redis
 
 from gateway.app import create_app
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
 from scheduler.keys import PoolKeys
-from simulator.settings import SimSettings
-from simulator.testing import running_simulator
+from tests.faults.conftest import MODEL, chat, stream_tokens
 from tests.support import eventually, running_app
-
-MODEL = "sim-model"
-
-
-@pytest.fixture
-def sim() -> Iterator[str]:
-    settings = SimSettings(profile="fast", model=MODEL, max_num_seqs=16, max_model_len=65_536, time_scale=3.0)
-    with running_simulator(settings) as url:
-        yield url
-
-
-def chat(tokens: int, stream: bool = True) -> dict[str, object]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": tokens,
-            "ignore_eos": True, "stream": stream}
-
-
-async def count_tokens(http: httpx.AsyncClient, url: str, tokens: int) -> int:
-    count = 0
-    async with http.stream("POST", f"{url}/v1/chat/completions", json=chat(tokens)) as resp:
-        assert resp.status_code == 200
-        async for line in resp.aiter_lines():
-            if line.startswith("data: {") and '"content":"' in line and '"content":""' not in line:
-                count += 1
-    return count
 
 
 async def test_redis_restart_mid_load(sim: str) -> None:
@@ -57,8 +30,8 @@ async def test_redis_restart_mid_load(sim: str) -> None:
     try:
         with running_app(create_app(settings)) as gw:
             async with httpx.AsyncClient(timeout=60) as http:
-                running = [asyncio.create_task(count_tokens(http, gw, 1500)) for _ in range(2)]
-                queued = asyncio.create_task(count_tokens(http, gw, 10))
+                running = [asyncio.create_task(stream_tokens(http, gw, 1500)) for _ in range(2)]
+                queued = asyncio.create_task(stream_tokens(http, gw, 10))
                 probe = Redis.from_url(url)
                 await eventually(lambda: queue_len_is(probe, keys, 1))
                 await probe.aclose()

@@ -8,21 +8,17 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 from redis.asyncio import Redis
 
 from gateway.embedded import free_port
 from scheduler.keys import PoolKeys
-from simulator.settings import SimSettings
-from simulator.testing import running_simulator
+from tests.faults.conftest import MODEL, stream_tokens
 from tests.support import eventually
 
-MODEL = "sim-model"
 LEASE_TTL = 3.0
 
 
@@ -59,27 +55,6 @@ class Replica:
         self._log.close()
 
 
-@pytest.fixture
-def sim() -> Iterator[str]:
-    settings = SimSettings(profile="fast", model=MODEL, max_num_seqs=16, max_model_len=65_536, time_scale=3.0)
-    with running_simulator(settings) as url:
-        yield url
-
-
-def chat(tokens: int) -> dict[str, object]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": tokens,
-            "ignore_eos": True, "stream": True}
-
-
-async def stream_tokens(http: httpx.AsyncClient, url: str, tokens: int) -> int:
-    """Stream one request to its end; the number of content chunks received."""
-    count = 0
-    async with http.stream("POST", f"{url}/v1/chat/completions", json=chat(tokens)) as resp:
-        assert resp.status_code == 200
-        async for line in resp.aiter_lines():
-            if line.startswith("data: {") and '"content":"' in line and '"content":""' not in line:
-                count += 1
-    return count
 
 
 async def busy(redis: Redis, prefix: str) -> int:

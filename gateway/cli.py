@@ -1,4 +1,5 @@
-"""The ``triage`` command: ``serve``, ``sim``, ``predictor eval``.
+"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead``,
+``predictor eval``.
 
 ``serve`` with no ``redis_url`` starts an embedded Valkey; with no backends, one
 simulated backend. Ctrl-C stops the gateway and everything it started. A
@@ -93,8 +94,33 @@ def predictor(args: argparse.Namespace) -> int:
     return eval_main(args.rest)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def loadtest(args: argparse.Namespace) -> int:
+    from loadtests.cli import run_loadtest
+
+    return run_loadtest(args)
+
+
+def bench_compare(args: argparse.Namespace) -> int:
+    from loadtests.cli import run_compare
+
+    return run_compare(args)
+
+
+def bench_overhead(args: argparse.Namespace) -> int:
+    from loadtests.overhead.cli import run
+
+    return run(args)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The flags of the load tools are added only when ``command`` needs them: their
+    imports (plotting, progress bars) would slow every ``triage serve``."""
     from simulator.server import add_arguments
+
+    load_tools = command in ("loadtest", "bench")
+    if load_tools:
+        from loadtests.cli import add_compare_arguments, add_loadtest_arguments
+        from loadtests.overhead.cli import add_arguments as add_overhead_arguments
 
     parser = argparse.ArgumentParser(prog="triage", description="Priority-scheduling gateway for LLM inference")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,6 +136,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p)
     p.set_defaults(func=sim)
 
+    p = sub.add_parser("loadtest", help="mixed-traffic load against any OpenAI-compatible URL")
+    if load_tools:
+        add_loadtest_arguments(p)
+    p.set_defaults(func=loadtest)
+
+    p = sub.add_parser("bench", help="benchmarks that start everything they need")
+    bsub = p.add_subparsers(dest="bench", required=True)
+    b = bsub.add_parser("compare", help="direct vs fifo vs short_first vs oracle on one seeded trace")
+    if load_tools:
+        add_compare_arguments(b)
+    b.set_defaults(func=bench_compare)
+    b = bsub.add_parser("overhead", help="what the gateway adds, beside a direct connection and LiteLLM")
+    if load_tools:
+        add_overhead_arguments(b)
+    b.set_defaults(func=bench_overhead)
+
     p = sub.add_parser("predictor", help="the output-length predictor")
     psub = p.add_subparsers(dest="action", required=True)
     e = psub.add_parser("eval", help="train on files, report on another", add_help=False)
@@ -122,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(words[0] if words else None).parse_args(words)
     if getattr(args, "config", None) is None and "TRIAGE_CONFIG" in os.environ:
         args.config = os.environ["TRIAGE_CONFIG"]
     try:

@@ -1,0 +1,274 @@
+"""``bench compare``: one seeded load through direct, FIFO, short-first and oracle, side by side.
+
+It starts everything it needs (an embedded Redis, simulated backends, one gateway per
+mode), measures the backends' capacity for the workload's mix, then for each load
+(a fraction of that capacity) sends the same seeded requests at the same times
+through each mode in turn. Nothing is tuned per mode; every mode sees the same trace.
+
+Capacity: a closed-loop run that keeps every backend slot busy, directly against the
+backends; capacity RPS = sustained output tokens/s / mean output tokens per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.embedded import EmbeddedRedis, free_port
+from gateway.settings import Settings
+
+from .arrivals import ArrivalSpec, Process
+from .client import RequestRecord, Target
+from .compare_report import ratios, run_row
+from .compare_view import print_tables, write_cdf_plot, write_markdown, write_plot
+from .datasets import PromptCatalog
+from .metrics import Warmup, summarize
+from .plan import LoadConfig, TraceReplay, execute, trace_rows
+from .progress import Progress
+from .report import write_json, write_records
+from .requests import RequestFactory
+from .runner import Limits, run_async
+from .stack import Child, SimSpec, StackError, gateway, gateway_config, simulator
+from .timeseries import timeseries
+from .traces import TraceRow
+from .workload import Workload, load_workload
+
+MODES = ("direct", "fifo", "short_first", "oracle")
+
+
+class CompareError(Exception):
+    """A comparison that cannot run, as one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompareConfig:
+    workload: str
+    loads: tuple[float, ...]
+    modes: tuple[str, ...]
+    sim: SimSpec
+    backends: int
+    duration_s: float
+    drain_s: float
+    warmup_s: float
+    capacity_s: float
+    capacity_rps: float | None  # given: skip the measurement
+    seed: int
+    data_dir: Path | None
+    out: Path
+    json_path: Path
+    quiet: bool
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--loads", default="0.7,0.9,1.1", help="fractions of capacity (default 0.7,0.9,1.1)")
+    p.add_argument("--modes", default=",".join(MODES), help=f"subset of {','.join(MODES)}")
+    p.add_argument("--duration", type=float, default=45.0, help="sending window per run, s (default 45)")
+    p.add_argument("--drain", type=float, default=90.0, help="max wait for in-flight requests per run, s")
+    p.add_argument("--warmup-s", type=float, default=5.0, help="exclude requests sent in the first T s")
+    p.add_argument("--profile", default="llama-8b-h100", help="simulator profile (default llama-8b-h100)")
+    p.add_argument("--model", default="sim-model")
+    p.add_argument("--max-num-seqs", type=int, default=8, help="batch slots per backend (default 8)")
+    p.add_argument("--backends", type=int, default=1, help="simulated backends (default 1)")
+    p.add_argument("--sim-time-scale", type=float, default=1.0, help="simulator step-time multiplier")
+    p.add_argument("--capacity-s", type=float, default=20.0, help="length of the capacity run, s")
+    p.add_argument("--capacity", type=float, default=None, help="capacity in RPS: skip measuring it")
+    p.add_argument("--out", default="compare-out", help="folder for compare.md, compare.png, logs")
+    p.add_argument("--json", default=None, help="JSON report path (default OUT/compare.json)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny run for tests: fast profile, one load, a few seconds per mode")
+
+
+def compare_config(args: argparse.Namespace) -> CompareConfig:
+    from .cli import UsageError, resolve_data_dir
+
+    try:
+        loads = tuple(float(x) for x in args.loads.split(",") if x.strip())
+    except ValueError:
+        raise UsageError("--loads: comma-separated numbers, e.g. 0.7,0.9,1.1") from None
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not loads or any(x <= 0 for x in loads):
+        raise UsageError("--loads: at least one load, each > 0")
+    if not modes or any(m not in MODES for m in modes):
+        raise UsageError(f"--modes: a comma-separated subset of {','.join(MODES)}")
+    if args.backends < 1 or args.max_num_seqs < 1 or args.duration <= 0:
+        raise UsageError("--backends, --max-num-seqs and --duration must be positive")
+    sim = SimSpec(args.profile, args.model, args.max_num_seqs, args.sim_time_scale)
+    duration, drain, warmup, capacity_s = args.duration, args.drain, args.warmup_s, args.capacity_s
+    if args.smoke:
+        loads, sim = loads[:1], SimSpec("fast", args.model, 4, 1.0)
+        duration, drain, warmup, capacity_s = 3.0, 30.0, 0.0, 3.0
+    out = Path(args.out)
+    return CompareConfig(args.workload, loads, modes, sim, args.backends, duration, drain, warmup, capacity_s,
+                         args.capacity, args.seed, resolve_data_dir(args.data_dir), out,
+                         Path(args.json) if args.json else out / "compare.json", args.quiet)
+
+
+def _log(cfg: CompareConfig, text: str) -> None:
+    if not cfg.quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
+def mean_output_tokens(workload: Workload, cfg: LoadConfig, catalog: PromptCatalog, n: int = 2000) -> float:
+    """Mean planned output tokens of the workload's requests (its trace's, for a trace workload)."""
+    if workload.trace is not None:
+        rows = trace_rows(cfg) or []
+        if not rows:
+            raise CompareError("the workload's trace has no rows")
+        return sum(r.output_tokens for r in rows) / len(rows)
+    factory = RequestFactory(workload, catalog, cfg.seed)
+    return sum(factory.next(i).max_tokens for i in range(n)) / n
+
+
+async def _run(cfg: LoadConfig, catalog: PromptCatalog, label: str, quiet: bool) -> list[RequestRecord]:
+    progress = Progress(label, cfg.limits.max_requests, cfg.limits.duration_s,
+                        enabled=not quiet and sys.stderr.isatty())
+    with progress:
+        return (await execute(cfg, progress.record, catalog)).records
+
+
+def measure_capacity(cfg: CompareConfig, base: LoadConfig, catalog: PromptCatalog,
+                     urls: tuple[str, ...]) -> dict[str, Any]:
+    mean_tokens = mean_output_tokens(base.workload, base, catalog)
+    if cfg.capacity_rps is not None:
+        return {"rps": cfg.capacity_rps, "measured": False, "mean_output_tokens": round(mean_tokens, 1)}
+    clients = cfg.backends * cfg.sim.max_num_seqs + 2
+    load = LoadConfig(Target(urls, cfg.sim.model, base.workload.api), base.workload,
+                      ArrivalSpec(Process.CONCURRENCY, concurrency=clients),
+                      Limits(cfg.capacity_s, None, cfg.drain_s), Warmup(), cfg.seed + 7, base.data_dir)
+    records = run_async(_run(load, catalog, "capacity", cfg.quiet))
+    series = timeseries(records)
+    # steady state: skip the first 30% (the batch filling up); stop at the end of sending
+    window = [tps for t, tps in zip(series.t_s, series.output_tps, strict=True)
+              if 0.3 * cfg.capacity_s <= t and t + series.bin_s <= cfg.capacity_s]
+    if not window:
+        raise CompareError("capacity run too short to measure; raise --capacity-s")
+    tps = sum(window) / len(window)
+    return {"rps": round(tps / mean_tokens, 4), "measured": True, "output_tps": round(tps, 1),
+            "mean_output_tokens": round(mean_tokens, 1), "clients": clients}
+
+
+def trace_scale(rows: list[TraceRow], rate: float, duration_s: float) -> float:
+    """The time scale that puts ``rate * duration_s`` of the trace's first rows in the window.
+
+    Scaling by the whole trace's mean rate would be wrong: traces are bursty per minute,
+    so the replayed minutes can be much busier or quieter than the trace's average.
+    """
+    n = min(len(rows) - 1, max(1, round(rate * duration_s)))
+    return duration_s / rows[n].t_s if rows[n].t_s > 0 else 1.0
+
+
+def load_config(cfg: CompareConfig, workload: Workload, urls: tuple[str, ...], rate: float,
+                rows: list[TraceRow] | None) -> LoadConfig:
+    limits = Limits(cfg.duration_s, None, cfg.drain_s)
+    target = Target(urls, cfg.sim.model, workload.api)
+    if workload.trace is not None and rows:
+        # the trace's own timing, sped up or slowed down to the wanted mean rate
+        return LoadConfig(target, workload, ArrivalSpec(Process.TRACE), limits, Warmup(0, cfg.warmup_s),
+                          cfg.seed, cfg.data_dir, TraceReplay(time_scale=trace_scale(rows, rate, cfg.duration_s)))
+    return LoadConfig(target, workload, ArrivalSpec(Process.POISSON, rate=rate), limits,
+                      Warmup(0, cfg.warmup_s), cfg.seed, cfg.data_dir)
+
+
+def _stop_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds the ExitStack: every child is stopped
+
+
+def run(args: argparse.Namespace) -> int:
+    # Ctrl-C and SIGTERM stop the children too, even when started where SIGINT is ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _stop_on_term)
+    cfg = compare_config(args)
+    workload = load_workload(cfg.workload)
+    catalog = PromptCatalog(cfg.data_dir)
+    thresholds = (Settings.model_fields["short_max_tokens"].default,
+                  Settings.model_fields["medium_max_tokens"].default)
+    logs = cfg.out / "logs"
+    runs: list[dict[str, Any]] = []
+    kept: dict[tuple[str, float], list[RequestRecord]] = {}
+    with ExitStack() as stack:
+        redis = EmbeddedRedis()
+        redis_url = redis.start()
+        stack.callback(redis.stop)
+        sims: list[Child] = []
+        for i in range(cfg.backends):
+            sim = simulator(cfg.sim, i, logs)
+            stack.callback(sim.stop)
+            sims.append(sim)
+            try:
+                sim.start("/health")
+            except StackError as exc:
+                raise CompareError(str(exc)) from None
+        direct = tuple(s.url for s in sims)
+        base = load_config(cfg, workload, direct, 1.0, None)
+        rows = trace_rows(base) if workload.trace else None
+        capacity = measure_capacity(cfg, base, catalog, direct)
+        _log(cfg, f"capacity: {capacity['rps']:.3f} req/s "
+                  f"({capacity.get('output_tps', '-')} output tokens/s, {capacity['mean_output_tokens']} per request)")
+        for load in cfg.loads:
+            rate = load * capacity["rps"]
+            for mode in cfg.modes:
+                row, records = _one(cfg, workload, catalog, mode, load, rate, rows, direct, redis_url,
+                                    thresholds, logs)
+                runs.append(row)
+                kept[(mode, load)] = Warmup(0, cfg.warmup_s).measured(records)
+                write_records(cfg.out / "runs" / f"{mode}-{load}.jsonl", records)
+    report = {
+        "schema": "triage.compare/1",
+        "config": {"workload": workload.name, "loads": list(cfg.loads), "modes": list(cfg.modes),
+                   "profile": cfg.sim.profile, "max_num_seqs": cfg.sim.max_num_seqs, "backends": cfg.backends,
+                   "sim_time_scale": cfg.sim.time_scale, "duration_s": cfg.duration_s, "drain_s": cfg.drain_s,
+                   "warmup_s": cfg.warmup_s, "seed": cfg.seed, "class_thresholds": list(thresholds)},
+        "capacity": capacity,
+        "data_origin": catalog.origin,
+        "runs": runs,
+        "ratios": ratios(runs, *_short_long(workload)),
+    }
+    write_json(cfg.json_path, report)
+    write_markdown(cfg.out / "compare.md", report)
+    short, long = _short_long(workload)
+    write_plot(cfg.out / "compare.png", report, short, long)
+    write_cdf_plot(cfg.out / "compare_cdf.png", kept, short)
+    if not cfg.quiet:
+        print_tables(report)
+    _log(cfg, f"wrote {cfg.json_path}; compare.md, compare.png, compare_cdf.png, runs/*.jsonl in {cfg.out}")
+    return 0 if all(r["overall"]["count"] for r in runs) else 1
+
+
+def _short_long(workload: Workload) -> tuple[str, str]:
+    names = [c.name for c in workload.classes]
+    return ("short" if "short" in names else names[0]), ("long" if "long" in names else names[-1])
+
+
+def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: str, load: float, rate: float,
+         rows: list[TraceRow] | None, direct: tuple[str, ...], redis_url: str, thresholds: tuple[int, int],
+         logs: Path) -> tuple[dict[str, Any], list[RequestRecord]]:
+    child = None
+    urls = direct
+    if mode != "direct":
+        conf = gateway_config(redis_url, f"cmp{uuid.uuid4().hex[:8]}", mode, list(direct), cfg.sim.model,
+                              cfg.sim.max_num_seqs, free_port())
+        child = gateway(conf, f"gateway-{mode}-{load}", logs)
+        try:
+            urls = (child.start("/ready"),)
+        except StackError as exc:
+            raise CompareError(str(exc)) from None
+    try:
+        lc = load_config(cfg, workload, urls, rate, rows)
+        records = run_async(_run(lc, catalog, f"{mode} @ {load:.2f}", cfg.quiet))
+    finally:
+        if child is not None:
+            child.stop()
+    slos = {c.name: c.slo for c in workload.classes}
+    summary = summarize(records, slos, lc.warmup, [c.name for c in workload.classes])
+    row = run_row(mode, load, rate, workload.name, summary, records, lc.warmup, thresholds)
+    row["sent"] = len(records)
+    _log(cfg, f"load {load:.2f} {mode:>11}: {summary.overall.count} ok, {summary.overall.failed} failed, "
+              f"{summary.overall.cancelled} cancelled, {summary.overall.output_tps:.0f} output tok/s")
+    return row, records
+

@@ -1,0 +1,131 @@
+"""What ``compare`` reports: one row per (mode, load), ratios against FIFO and the oracle.
+
+Row shape (``runs[]`` of the JSON, documented in ``docs/loadtests.md``)::
+
+    {"mode", "load", "rate_rps", "workload",
+     "classes": {name: {"ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "e2e_p99_s", "tpot_p50_s",
+                        "goodput_rps", "count", "failed", "cancelled", "queue_p50_ms", "queue_p99_ms"}},
+     "overall": {"rps", "output_tps", "total_tps", "goodput_rps", "count", "failed", "cancelled"},
+     "class_accuracy", "kendall_tau", "errors"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .client import RequestRecord
+from .metrics import Summary, Warmup, percentile
+
+CLASS_RANK = {"short": 0, "medium": 1, "long": 2}
+
+
+def gateway_class(tokens: int, short_max: int, medium_max: int) -> str:
+    return "short" if tokens <= short_max else "medium" if tokens <= medium_max else "long"
+
+
+def kendall_tau_b(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Kendall's tau-b (ties in either variable allowed); None when undefined."""
+    n = len(xs)
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif (dx > 0) == (dy > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denom = ((concordant + discordant + ties_x) * (concordant + discordant + ties_y)) ** 0.5
+    return None if denom == 0 else (concordant - discordant) / denom
+
+
+def classification(records: Sequence[RequestRecord], short_max: int, medium_max: int
+                   ) -> tuple[float | None, float | None]:
+    """Share of requests whose ``x-triage-class`` matches the class of their true length, and tau-b."""
+    seen = [r for r in records if r.ok and r.served_class in CLASS_RANK]
+    if not seen:
+        return None, None
+    right = sum(1 for r in seen if r.served_class == gateway_class(r.planned_tokens, short_max, medium_max))
+    tau = kendall_tau_b([r.planned_tokens for r in seen], [CLASS_RANK[r.served_class or ""] for r in seen])
+    return right / len(seen), tau
+
+
+def _queue(records: Sequence[RequestRecord], p: float) -> float | None:
+    q = sorted(r.queue_ms for r in records if r.ok and r.queue_ms is not None)
+    return percentile(q, p) if q else None
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def run_row(mode: str, load: float, rate: float, workload: str, summary: Summary,
+            records: Sequence[RequestRecord], warmup: Warmup, thresholds: tuple[int, int]) -> dict[str, Any]:
+    measured = warmup.measured(records)
+    classes = {}
+    for name, g in summary.classes.items():
+        mine = [r for r in measured if r.cls == name]
+        classes[name] = {
+            "ttft_p50_s": _r(g.ttft_s.p50), "ttft_p99_s": _r(g.ttft_s.p99),
+            "e2e_mean_s": _r(g.e2e_s.mean), "e2e_p99_s": _r(g.e2e_s.p99), "tpot_p50_s": _r(g.tpot_s.p50, 5),
+            "goodput_rps": _r(g.goodput_rps), "count": g.count, "failed": g.failed, "cancelled": g.cancelled,
+            "queue_p50_ms": _r(_queue(mine, 50), 1), "queue_p99_ms": _r(_queue(mine, 99), 1),
+        }
+    o = summary.overall
+    accuracy, tau = classification(measured, *thresholds) if mode != "direct" else (None, None)
+    return {
+        "mode": mode, "load": load, "rate_rps": round(rate, 4), "workload": workload,
+        "duration_s": round(summary.duration_s, 3),
+        "classes": classes,
+        "overall": {"rps": _r(o.rps), "output_tps": _r(o.output_tps, 1), "total_tps": _r(o.total_tps, 1),
+                    "goodput_rps": _r(o.goodput_rps), "count": o.count, "failed": o.failed,
+                    "cancelled": o.cancelled},
+        "class_accuracy": _r(accuracy), "kendall_tau": _r(tau), "errors": o.errors,
+    }
+
+
+def _get(row: dict[str, Any] | None, cls: str, key: str) -> float | None:
+    if row is None:
+        return None
+    if cls == "overall":
+        return row["overall"].get(key)
+    return (row["classes"].get(cls) or {}).get(key)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+
+# (name, numerator mode, denominator mode, class, metric, comparison, target)
+TARGETS = (
+    ("short TTFT p99, fifo / short_first", "fifo", "short_first", "short", "ttft_p99_s", ">=", 5.0),
+    ("short E2E mean, fifo / short_first", "fifo", "short_first", "short", "e2e_mean_s", ">=", 3.0),
+    ("output TPS, short_first / fifo", "short_first", "fifo", "overall", "output_tps", ">=", 0.98),
+    ("long E2E p99, short_first / fifo", "short_first", "fifo", "long", "e2e_p99_s", "<=", 1.5),
+    ("short E2E mean, short_first / oracle", "short_first", "oracle", "short", "e2e_mean_s", "<=", 1.2),
+    ("short TTFT p99, fifo / direct", "fifo", "direct", "short", "ttft_p99_s", None, None),
+    ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps", None, None),
+)
+
+
+def ratios(runs: Sequence[dict[str, Any]], short: str, long: str) -> list[dict[str, Any]]:
+    """One entry per (load, target): the measured ratio and whether it meets the target."""
+    out = []
+    for load in sorted({r["load"] for r in runs}):
+        by_mode = {r["mode"]: r for r in runs if r["load"] == load}
+        for name, num, den, cls, key, cmp, target in TARGETS:
+            c = {"short": short, "long": long}.get(cls, cls)
+            value = _ratio(_get(by_mode.get(num), c, key), _get(by_mode.get(den), c, key))
+            met = None
+            if value is not None and target is not None:
+                met = value >= target if cmp == ">=" else value <= target
+            out.append({"load": load, "ratio": name, "value": value,
+                        "target": None if target is None else f"{cmp} {target}", "met": met})
+    return out
+

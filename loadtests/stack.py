@@ -1,0 +1,109 @@
+"""The processes a comparison needs: Redis, simulated backends, one gateway per mode.
+
+Every child listens on 127.0.0.1 only, logs to a file, and is stopped by its PID
+(SIGINT, then SIGKILL after a grace period). Readiness is the child's own answer:
+``/health`` for a simulator, ``/ready`` for a gateway.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gateway.embedded import free_port
+
+
+class StackError(Exception):
+    """A child process that did not come up, as one line."""
+
+
+class Child:
+    """One child process with its log file; ``stop()`` is safe to call twice."""
+
+    def __init__(self, name: str, cmd: list[str], url: str, log: Path) -> None:
+        self.name = name
+        self.url = url
+        self._cmd = cmd
+        self._log_path = log
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, ready_path: str, timeout_s: float = 30.0) -> str:
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._log_path.open("ab") as log:
+            # the child's settings are its command line and config file, not this shell's TRIAGE_*
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
+            self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=1.0, trust_env=False) as client:
+            while time.monotonic() < deadline:
+                if self._proc.poll() is not None:
+                    raise StackError(f"{self.name} exited with code {self._proc.returncode}; "
+                                     f"see {self._log_path}")
+                try:
+                    if client.get(self.url + ready_path).status_code == 200:
+                        return self.url
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)  # waiting for a child process to listen: nothing to block on
+        self.stop()
+        raise StackError(f"{self.name} was not ready on {self.url}{ready_path} within {timeout_s:.0f} s; "
+                         f"see {self._log_path}")
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class SimSpec:
+    profile: str = "llama-8b-h100"
+    model: str = "sim-model"
+    max_num_seqs: int = 8
+    time_scale: float = 1.0
+
+
+def simulator(spec: SimSpec, index: int, logs: Path) -> Child:
+    port = free_port()
+    cmd = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
+           "--profile", spec.profile, "--model", spec.model, "--max-num-seqs", str(spec.max_num_seqs),
+           "--time-scale", str(spec.time_scale), "--seed", str(index)]
+    return Child(f"simulator {index}", cmd, f"http://127.0.0.1:{port}", logs / f"simulator-{index}.log")
+
+
+def gateway_config(redis_url: str, key_prefix: str, policy: str, backends: list[str], model: str,
+                   max_concurrency: int, port: int) -> dict[str, Any]:
+    return {
+        "host": "127.0.0.1",
+        "port": port,
+        "redis_url": redis_url,
+        "key_prefix": key_prefix,
+        "policy": policy,
+        "allow_oracle": policy == "oracle",
+        "backends": [{"name": f"sim{i}", "url": url, "models": [model], "max_concurrency": max_concurrency}
+                     for i, url in enumerate(backends)],
+    }
+
+
+def gateway(config: dict[str, Any], name: str, workdir: Path) -> Child:
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)]
+    return Child(f"gateway {name}", cmd, f"http://127.0.0.1:{config['port']}", workdir / f"{name}.log")

@@ -1,0 +1,38 @@
+"""``compare --smoke``: every process starts and stops, the JSON has its shape, no request is lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtests.__main__ import main
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_compare_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    code = main(["compare", "--smoke", "--out", str(out), "--json", str(tmp_path / "c.json"), "--quiet"])
+    assert code == 0
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["schema"] == "triage.compare/1"
+    assert report["capacity"]["rps"] > 0
+    runs = report["runs"]
+    assert [r["mode"] for r in runs] == ["direct", "fifo", "short_first", "oracle"]
+    assert len({r["load"] for r in runs}) == 1
+    sent = {r["sent"] for r in runs}
+    assert len(sent) == 1  # the same seeded schedule in every mode
+    for r in runs:
+        assert set(r["overall"]) >= {"rps", "output_tps", "total_tps"}
+        total = 0
+        for cls in r["classes"].values():
+            assert set(cls) >= {"ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "e2e_p99_s", "goodput_rps",
+                                "count", "failed"}
+            total += cls["count"] + cls["failed"] + cls["cancelled"]
+        assert total == r["sent"]  # every request completed or was counted as failed
+    oracle = next(r for r in runs if r["mode"] == "oracle")
+    assert oracle["class_accuracy"] == 1.0  # it is handed the true length
+    assert {x["ratio"] for x in report["ratios"]} >= {"short TTFT p99, fifo / short_first"}
+    assert (out / "compare.md").is_file() and (out / "compare.png").is_file()

@@ -15,7 +15,7 @@ import argparse
 import signal
 import sys
 import uuid
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from .client import RequestRecord, Target
 from .compare_report import ratios, run_row
 from .compare_view import print_tables, write_cdf_plot, write_markdown, write_plot
 from .datasets import PromptCatalog
+from .limit_trace import LimitSampler, write_limit_plot
 from .metrics import Warmup, summarize
 from .plan import LoadConfig, TraceReplay, execute, trace_rows
 from .progress import Progress
@@ -39,7 +40,20 @@ from .timeseries import timeseries
 from .traces import TraceRow
 from .workload import Workload, load_workload
 
-MODES = ("direct", "fifo", "short_first", "oracle")
+DEFAULT_MODES = ("direct", "fifo", "short_first", "oracle")
+TOO_HIGH = 16  # the *_high modes configure a limit this many times the engine's max_num_seqs
+# mode -> the gateway's policy, other settings, and backend settings it runs with
+GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "fifo": ("fifo", {}, {}),
+    "short_first": ("short_first", {}, {}),
+    "oracle": ("oracle", {}, {}),
+    "short_first_reserved": ("short_first", {"reserve_slots": True}, {}),
+    "oracle_reserved": ("oracle", {"reserve_slots": True}, {}),
+    # backpressure: a limit far above what the engine runs, held static or left to adapt
+    "static_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
+    "adaptive_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
+}
+MODES = ("direct", *GATEWAY_MODES)
 
 
 class CompareError(Exception):
@@ -67,7 +81,7 @@ class CompareConfig:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loads", default="0.7,0.9,1.1", help="fractions of capacity (default 0.7,0.9,1.1)")
-    p.add_argument("--modes", default=",".join(MODES), help=f"subset of {','.join(MODES)}")
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"subset of {','.join(MODES)}")
     p.add_argument("--duration", type=float, default=45.0, help="sending window per run, s (default 45)")
     p.add_argument("--drain", type=float, default=90.0, help="max wait for in-flight requests per run, s")
     p.add_argument("--warmup-s", type=float, default=5.0, help="exclude requests sent in the first T s")
@@ -234,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
     short, long = _short_long(workload)
     write_plot(cfg.out / "compare.png", report, short, long)
     write_cdf_plot(cfg.out / "compare_cdf.png", kept, short)
+    trajectories = {f"{r['mode']} @ {r['load']}": r.get("limit_trajectory", []) for r in runs
+                    if r["mode"] in ("static_high", "adaptive_high")}
+    write_limit_plot(cfg.out / "limit.png", trajectories, f"concurrency limit, {workload.name}")
     if not cfg.quiet:
         print_tables(report)
     _log(cfg, f"wrote {cfg.json_path}; compare.md, compare.png, compare_cdf.png, runs/*.jsonl in {cfg.out}")
@@ -251,16 +268,23 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
     child = None
     urls = direct
     if mode != "direct":
-        conf = gateway_config(redis_url, f"cmp{uuid.uuid4().hex[:8]}", mode, list(direct), cfg.sim.model,
-                              cfg.sim.max_num_seqs, free_port())
+        policy, extra, backend = GATEWAY_MODES[mode]
+        limit = cfg.sim.max_num_seqs * backend.get("limit_factor", 1)
+        conf = gateway_config(redis_url, f"cmp{uuid.uuid4().hex[:8]}", policy, list(direct), cfg.sim.model,
+                              limit, free_port(), extra)
+        if "adaptive" in backend:
+            for b in conf["backends"]:
+                b["adaptive"] = backend["adaptive"]
         child = gateway(conf, f"gateway-{mode}-{load}", logs)
         try:
             urls = (child.start("/ready"),)
         except StackError as exc:
             raise CompareError(str(exc)) from None
+    sampler = LimitSampler(urls[0]) if child is not None else None
     try:
         lc = load_config(cfg, workload, urls, rate, rows)
-        records = run_async(_run(lc, catalog, f"{mode} @ {load:.2f}", cfg.quiet))
+        with sampler or nullcontext():
+            records = run_async(_run(lc, catalog, f"{mode} @ {load:.2f}", cfg.quiet))
     finally:
         if child is not None:
             child.stop()
@@ -268,6 +292,8 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
     summary = summarize(records, slos, lc.warmup, [c.name for c in workload.classes])
     row = run_row(mode, load, rate, workload.name, summary, records, lc.warmup, thresholds)
     row["sent"] = len(records)
+    if sampler is not None:
+        row["limit_trajectory"] = sampler.samples
     _log(cfg, f"load {load:.2f} {mode:>11}: {summary.overall.count} ok, {summary.overall.failed} failed, "
               f"{summary.overall.cancelled} cancelled, {summary.overall.output_tps:.0f} output tok/s")
     return row, records

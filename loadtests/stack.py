@@ -88,8 +88,9 @@ def simulator(spec: SimSpec, index: int, logs: Path) -> Child:
 
 
 def gateway_config(redis_url: str, key_prefix: str, policy: str, backends: list[str], model: str,
-                   max_concurrency: int, port: int) -> dict[str, Any]:
+                   max_concurrency: int, port: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
+        **(extra or {}),
         "host": "127.0.0.1",
         "port": port,
         "redis_url": redis_url,

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from opentelemetry.trace import TracerProvider
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from starlette.exceptions import HTTPException
@@ -96,9 +96,12 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # a connection left stale by a Redis restart fails once; every script is safe to retry
         retry = Retry(ExponentialBackoff(cap=0.2, base=0.01), retries=2)
-        redis = Redis.from_url(
-            redis_url, health_check_interval=10, retry=retry, retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError]
-        )
+        # a bounded pool that waits for a free connection: under a burst, requests queue
+        # for a connection instead of failing (redis-py's default pool raises past 100)
+        redis = Redis.from_pool(BlockingConnectionPool.from_url(
+            redis_url, max_connections=64, timeout=5, health_check_interval=10, retry=retry,
+            retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError],
+        ))
         listen = Redis.from_url(redis_url)  # its own connection for blocking BLPOP
         client = make_client(settings.upstream_timeout_s)
         timing = Timing(
@@ -116,8 +119,9 @@ def create_app(
             configs, client, dispatcher, settings.probe_interval_s, reservation_params(settings)
         )
         predictor = make_predictor(settings)
-        learned = isinstance(predictor, LengthPredictor)
-        sync = PredictorSync(predictor, redis, settings.predictor_sync_s) if learned else None
+        sync = None
+        if isinstance(predictor, LengthPredictor):  # shared through Redis; the prior has nothing to share
+            sync = PredictorSync(predictor, redis, settings.predictor_sync_s)
         classifier = Classifier(
             predictor, settings.policy, policy_params(settings),
             ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),

@@ -33,15 +33,12 @@ from scheduler.scripts import TicketSpec
 from scheduler.types import LengthClass, PredictInput
 
 from .auth import Principal
+from .disconnect import ClientGone, DisconnectWatch
 from .errors import GatewayError, from_scheduler, upstream_failed
 from .relay import RelayResponse, StreamStats, relay_events, sse_error
 from .schemas import InferenceRequest
 from .tracing import BackendCall, Reply, RequestTrace
 from .upstream import Upstream, UpstreamCall, UpstreamError, headers_for
-
-
-class ClientGone(Exception):
-    """The client closed its connection; nobody is left to answer."""
 
 
 class StillQueued(Exception):
@@ -59,29 +56,21 @@ class RequestContext:
     trace: RequestTrace  # spans and metrics of this request
 
 
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def until_disconnect(request: Request, work: asyncio.Future[Any], patience_s: float | None = None) -> Any:
+async def until_disconnect(watch: DisconnectWatch, work: asyncio.Future[Any], patience_s: float | None = None) -> Any:
     """Await ``work`` unless the client leaves first (cancel it, raise ClientGone) or
     ``patience_s`` passes (leave it running, raise StillQueued)."""
-    watch = asyncio.ensure_future(_wait_disconnect(request))
-    try:
-        await asyncio.wait({work, watch}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
-        if work.done():
-            return work.result()
-        if not watch.done():
-            raise StillQueued()
+    if watch.gone:
         work.cancel()
-        with suppress(asyncio.CancelledError):
-            await work
         raise ClientGone()
-    finally:
-        watch.cancel()
+    await asyncio.wait({work, watch.task}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
+    if work.done():
+        return work.result()
+    if not watch.gone:
+        raise StillQueued()
+    work.cancel()
+    with suppress(asyncio.CancelledError):
+        await work
+    raise ClientGone()
 
 
 def new_request_id() -> str:
@@ -173,10 +162,9 @@ class Exchange:
         gone = "client_gone" if stats.client_gone else None
         self.ctx.trace.end(200, "stream_broken" if stats.error else gone)
 
-    async def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
+    def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
         assert self.response is not None
-        async for block in relay_events(self.response, self.req.include_usage, stats):
-            yield block
+        return relay_events(self.response, self.req.include_usage, stats)
 
 
 class Proxy:
@@ -216,23 +204,38 @@ class Proxy:
             self.registry.reservations[pool].on_open_arrival()
         ctx.trace.enqueued(req, placement, spec, pool)
         exchange = Exchange(self, req, ctx, inp, placement, spec, pool)
-        work = asyncio.ensure_future(self.dispatcher.acquire(spec, pool))
+        watch = DisconnectWatch(request.receive)  # one watcher for the whole request
+        response: Response | None = None
         try:
-            exchange.grant = await until_disconnect(
-                request, work, self.comment_after_s if req.stream else None
-            )
-        except SchedulerError as exc:
-            raise _refused(ctx, exc) from None
-        except StillQueued:
-            stats = StreamStats()
-            body = self._queued_stream(exchange, pool, work, stats)
-            return RelayResponse(body, stats, exchange.headers(), exchange.close_stream)
-        return await self._call(request, exchange)
+            try:
+                future = await self.dispatcher.submit(spec, pool)
+                if future.done():  # decided in the enqueue's own reply: nothing to wait for
+                    exchange.grant = await self.dispatcher.wait(spec, pool, future)
+                else:
+                    work = asyncio.ensure_future(self.dispatcher.wait(spec, pool, future))
+                    exchange.grant = await until_disconnect(
+                        watch, work, self.comment_after_s if req.stream else None
+                    )
+            except SchedulerError as exc:
+                raise _refused(ctx, exc) from None
+            except StillQueued:
+                stats = StreamStats()
+                body = self._queued_stream(exchange, pool, work, stats)
+                response = RelayResponse(body, stats, exchange.headers(), exchange.close_stream, watch)
+                return response
+            response = await self._call(watch, exchange)
+            return response
+        finally:
+            if not isinstance(response, RelayResponse):  # a stream takes the watch over
+                watch.stop()
 
-    async def _open_with_retry(self, request: Request, exchange: Exchange) -> tuple[Exchange, httpx.Response]:
+    async def _open_with_retry(
+        self, watch: DisconnectWatch, exchange: Exchange
+    ) -> tuple[Exchange, httpx.Response]:
         """Call the backend; if it fails before the first byte, once more on another."""
         try:
-            return exchange, await until_disconnect(request, asyncio.ensure_future(exchange.open()))
+            with watch.guard():
+                return exchange, await exchange.open()
         except UpstreamError as exc:
             assert exchange.grant is not None
             failed = exchange.grant.backend
@@ -246,12 +249,13 @@ class Proxy:
         exchange = exchange.again(retry)
         try:
             exchange.grant = await until_disconnect(
-                request, asyncio.ensure_future(self.dispatcher.acquire(retry, exchange.pool))
+                watch, asyncio.ensure_future(self.dispatcher.acquire(retry, exchange.pool))
             )
         except SchedulerError as exc:
             raise _refused(exchange.ctx, exc) from None
         try:
-            return exchange, await until_disconnect(request, asyncio.ensure_future(exchange.open()))
+            with watch.guard():
+                return exchange, await exchange.open()
         except UpstreamError as exc:
             exchange.finish(None, False)
             raise upstream_failed(str(exc)) from None
@@ -259,16 +263,16 @@ class Proxy:
             exchange.finish(None, True)
             raise
 
-    async def _call(self, request: Request, exchange: Exchange) -> Response:
+    async def _call(self, watch: DisconnectWatch, exchange: Exchange) -> Response:
         try:
-            exchange, response = await self._open_with_retry(request, exchange)
+            exchange, response = await self._open_with_retry(watch, exchange)
         except BaseException:
             exchange.finish(None, True)
             raise
         headers = exchange.headers()
         if exchange.req.stream and response.status_code == 200:
             stats = StreamStats()
-            return RelayResponse(exchange.relay(stats), stats, headers, exchange.close_stream)
+            return RelayResponse(exchange.relay(stats), stats, headers, exchange.close_stream, watch)
         if exchange.req.stream:
             await response.aread()
             await response.aclose()

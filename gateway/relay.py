@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -22,6 +22,7 @@ import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from .disconnect import ClientGone, DisconnectWatch
 from .errors import error_body
 from .upstream import describe
 
@@ -64,7 +65,7 @@ def _has_usage(block: bytes) -> bool:
 
 async def relay_events(
     response: httpx.Response, keep_usage: bool, stats: StreamStats
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     pending = b""
     try:
         async for chunk in response.aiter_raw():
@@ -111,8 +112,13 @@ def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
 class RelayResponse(StreamingResponse):
     """A streaming response that always runs its cleanup, once, shielded from cancellation.
 
-    The body generator is closed explicitly (its ``finally`` blocks run now, not at
-    garbage collection), then ``on_done`` closes the upstream and gives the slot back.
+    Plain ASGI rather than Starlette's ``StreamingResponse.__call__`` (a task group
+    and two tasks per stream): the start message, then one body message per block
+    the upstream read brought (every complete SSE event in it, as one write). The
+    client leaving is noticed by one ``DisconnectWatch`` task, which cancels the
+    relay wherever it waits. The body generator is then closed explicitly (its
+    ``finally`` blocks run now, not at garbage collection), and ``on_done`` closes the
+    upstream and gives the slot back.
     """
 
     def __init__(
@@ -121,18 +127,26 @@ class RelayResponse(StreamingResponse):
         stats: StreamStats,
         headers: dict[str, str],
         on_done: Callable[[StreamStats], Awaitable[None]],
+        watch: DisconnectWatch | None = None,
     ) -> None:
         self.stats = stats
         self._body = body
         self._on_done = on_done
+        self._watch = watch  # the request's own, handed over by the proxy
         super().__init__(body, status_code=200, headers=headers, media_type="text/event-stream")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = self._watch if self._watch is not None else DisconnectWatch(receive)
         try:
-            await super().__call__(scope, receive, send)
-        except OSError:
+            with watch.guard():
+                await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+                async for block in self._body:
+                    await send({"type": "http.response.body", "body": block, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (ClientGone, OSError):
             self.stats.client_gone = True
         finally:
+            watch.stop()
             if not self.stats.completed and self.stats.error is None:
                 self.stats.client_gone = True
             with anyio.CancelScope(shield=True):

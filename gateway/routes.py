@@ -1,7 +1,9 @@
 """The HTTP surface: OpenAI-compatible endpoints, health and readiness.
 
-Handlers take the raw ``Request`` (no pydantic body models on the hot path), turn
-every failure into an OpenAI-style error, and hand the work to ``Proxy``.
+Handlers take the raw ``Request`` (no pydantic body models on the hot path; the two
+inference endpoints are plain Starlette routes, without FastAPI's per-request
+dependency machinery), turn every failure into an OpenAI-style error, and hand the
+work to ``Proxy``.
 """
 
 from __future__ import annotations
@@ -72,14 +74,17 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     return response
 
 
-@router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     return await _inference(request, Endpoint.CHAT)
 
 
-@router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     return await _inference(request, Endpoint.COMPLETIONS)
+
+
+# plain Starlette routes: FastAPI's per-request dependency solving buys nothing here
+router.add_route("/v1/chat/completions", chat_completions, methods=["POST"], include_in_schema=False)
+router.add_route("/v1/completions", completions, methods=["POST"], include_in_schema=False)
 
 
 @router.get("/v1/models")

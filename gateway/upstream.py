@@ -1,7 +1,7 @@
 """Calls to backends over httpx. The one place httpx errors become gateway errors.
 
-One pooled ``AsyncClient`` serves every backend (keep-alive connections per host).
-Streams are opened with ``send(stream=True)`` so the status is known before the
+One ``AsyncClient`` serves every backend, over ``FastTransport`` (``transport.py``:
+keep-alive connections per host, O(1) per request). Streams are opened with ``send(stream=True)`` so the status is known before the
 client's response starts; the caller must close them (``RelayResponse`` does).
 """
 
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import httpx
 
 from scheduler.backends import BackendConfig
+
+from .transport import FastTransport
 
 
 class UpstreamError(Exception):
@@ -33,7 +35,7 @@ class UpstreamCall:
 def make_client(timeout_s: float) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         timeout=httpx.Timeout(connect=5.0, read=timeout_s, write=30.0, pool=None),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=30),
+        transport=FastTransport(keepalive_expiry=30, max_idle_per_origin=512),
         trust_env=False,  # loopback backends must not go through an HTTP proxy
     )
 

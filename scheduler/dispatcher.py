@@ -143,6 +143,12 @@ class Dispatcher:
             self.release_soon(grant)
 
     async def acquire(self, spec: TicketSpec, pool: str) -> Grant:
+        future = await self.submit(spec, pool)
+        return await self.wait(spec, pool, future)
+
+    async def submit(self, spec: TicketSpec, pool: str) -> asyncio.Future[Grant]:
+        """Enqueue (one round trip). The future is already done when the script's own
+        reply decided the ticket; otherwise ``wait`` for it."""
         loop = asyncio.get_running_loop()
         waiter = _Waiter(spec, pool, loop.create_future(), time.monotonic())
         self._waiters[spec.id] = waiter
@@ -151,22 +157,28 @@ class Dispatcher:
         except BaseException:
             self._waiters.pop(spec.id, None)
             raise
+        return waiter.future
+
+    async def wait(self, spec: TicketSpec, pool: str, future: asyncio.Future[Grant]) -> Grant:
+        """The grant for a submitted ticket; cancelling the wait withdraws the ticket."""
+        if future.done() and not future.cancelled() and future.exception() is None:
+            return future.result()  # granted in the enqueue's reply
         try:
             if spec.timeout_s > 0:
                 # Lua evicts expired tickets when it meets them; this timer covers a queue
                 # that nothing moves. A little grace lets the server's eviction win the race.
                 async with asyncio.timeout(spec.timeout_s + 0.25):
-                    return await asyncio.shield(waiter.future)
-            return await asyncio.shield(waiter.future)
+                    return await asyncio.shield(future)
+            return await asyncio.shield(future)
         except TimeoutError:
             if await self._withdraw(spec.id, pool):
                 raise DeadlineExceeded(
                     f"request waited {spec.timeout_s:.1f}s in the queue without a free backend"
                 ) from None
-            return await waiter.future  # granted in the meantime: the grant is on its way
+            return await future  # granted in the meantime: the grant is on its way
         except BaseException:
             # the client left (cancelled) or the wait failed: never leak its slot
-            self._abandon(spec.id, pool, waiter.future)
+            self._abandon(spec.id, pool, future)
             raise
 
     def release_soon(self, grant: Grant) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import uvicorn
+from uvicorn._types import ASGIApplication
 
 from simulator.server import quiet_injected_drops, uvicorn_config
 from simulator.settings import SimSettings
@@ -52,7 +53,7 @@ def serving(config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1"
         sock.close()
 
 
-def running_app(app: object, host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
+def running_app(app: ASGIApplication, host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
     """Serve any ASGI ``app`` (lifespan included) on a free port; yield its base URL."""
 
     def config(port: int) -> uvicorn.Config:

@@ -1,0 +1,405 @@
+"""An HTTP/1.1 transport for httpx on asyncio streams: the upstream hot path.
+
+httpx's default transport (httpcore) walks every pooled connection on each request
+start and each response close (``is_idle`` / ``has_expired``, which read socket
+state): O(connections) per request, the largest item in the gateway's profile under
+load. Here each origin has a stack of idle keep-alive connections: a request takes
+the newest, a response read to its end pushes its connection back — O(1).
+
+Scope: ``http://`` (``https://`` goes to httpx's own transport), request bodies known
+up front, response bodies framed by Content-Length, chunked encoding or the end of
+the connection. A connection is reused only when its response was read to the end; a
+response closed early closes its connection, which is how an engine learns to abort.
+
+Every failure is one of httpx's own exceptions, so ``upstream.py`` stays the single
+place they become gateway errors::
+
+    httpx.ConnectError / ConnectTimeout   no connection
+    httpx.WriteError / WriteTimeout       the request could not be sent
+    httpx.ReadError / ReadTimeout         the connection broke or went silent
+    httpx.RemoteProtocolError             not HTTP/1.x, or closed mid-message
+
+A request on a reused connection that the server had already closed (no byte of an
+answer came back) is sent once more on a new connection, as other clients do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+_HEAD_END = b"\r\n\r\n"
+_READ_SIZE = 65536
+_MAX_HEAD = 65536
+_NO_BODY_STATUS = frozenset((204, 304))
+
+
+class _Stale(Exception):
+    """A reused connection was closed by the server before answering."""
+
+
+class _TimedOut(Exception):
+    """Set on a connection's reader by its read watchdog."""
+
+
+class _Conn:
+    """One TCP connection, with a read deadline checked by a lazy timer (not one per read)."""
+
+    __slots__ = ("reader", "writer", "idle_since", "_loop", "_deadline", "_timer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.idle_since = 0.0
+        self._loop = asyncio.get_running_loop()
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def alive(self) -> bool:
+        return not self.reader.at_eof() and not self.writer.transport.is_closing()
+
+    async def read(self, limit_s: float | None, request: httpx.Request) -> bytes:
+        """Whatever has arrived, up to 64 KiB; b"" at the end of the connection."""
+        if limit_s is not None:
+            self._arm(limit_s)
+        try:
+            return await self.reader.read(_READ_SIZE)
+        except _TimedOut:
+            raise httpx.ReadTimeout("timed out waiting for the backend", request=request) from None
+        except OSError as exc:
+            raise httpx.ReadError(str(exc) or exc.__class__.__name__, request=request) from exc
+        finally:
+            self._deadline = None
+
+    async def read_head(self, limit_s: float | None, request: httpx.Request) -> bytes:
+        if limit_s is not None:
+            self._arm(limit_s)
+        try:
+            return await self.reader.readuntil(_HEAD_END)
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                raise _Stale() from None
+            raise httpx.RemoteProtocolError("the backend closed the connection mid-answer", request=request) from None
+        except asyncio.LimitOverrunError:
+            raise httpx.RemoteProtocolError("response head too large", request=request) from None
+        except _TimedOut:
+            raise httpx.ReadTimeout("timed out waiting for the backend", request=request) from None
+        except ConnectionResetError:
+            raise _Stale() from None
+        except OSError as exc:
+            raise httpx.ReadError(str(exc) or exc.__class__.__name__, request=request) from exc
+        finally:
+            self._deadline = None
+
+    def _arm(self, timeout: float) -> None:
+        self._deadline = self._loop.time() + timeout
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._deadline, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._deadline is None:  # not reading now: the next read re-arms
+            return
+        if self._loop.time() >= self._deadline:
+            self.reader.set_exception(_TimedOut())
+        else:
+            self._timer = self._loop.call_at(self._deadline, self._check)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.writer.close()
+
+
+def _encode_head(request: httpx.Request, body_len: int) -> bytes:
+    parts = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    has_length = False
+    for name, value in request.headers.raw:
+        lower = name.lower()
+        if lower == b"content-length":
+            has_length = True
+        elif lower == b"transfer-encoding":
+            continue  # the body is sent whole, with its length
+        parts += (name, b": ", value, b"\r\n")
+    if not has_length and (body_len or request.method not in ("GET", "HEAD")):
+        parts.append(b"content-length: %d\r\n" % body_len)
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def _parse_head(head: bytes, request: httpx.Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    lines = head[:-4].split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
+        raise httpx.RemoteProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}", request=request)
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise httpx.RemoteProtocolError(f"malformed header line: {line[:80]!r}", request=request)
+        headers.append((name, value.strip()))
+    version = status_line[0]
+    reason = status_line[2] if len(status_line) > 2 else b""
+    return int(status_line[1]), version + b"\x00" + reason, headers
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body; its connection goes back to the pool only if read to the end."""
+
+    def __init__(
+        self, transport: FastTransport, origin: tuple[str, int], conn: _Conn, request: httpx.Request,
+        read_timeout: float | None, length: int | None, chunked: bool, keep_alive: bool,
+    ) -> None:
+        self._transport = transport
+        self._origin = origin
+        self._conn: _Conn | None = conn
+        self._request = request
+        self._timeout = read_timeout
+        self._length = length  # Content-Length; None: chunked or until close
+        self._chunked = chunked
+        self._keep_alive = keep_alive
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._conn is None:
+            return _nothing()
+        return self._chunked_body(self._conn) if self._chunked else self._plain_body(self._conn)
+
+    async def _plain_body(self, conn: _Conn) -> AsyncIterator[bytes]:
+        try:
+            if self._length is not None:
+                left = self._length
+                while left > 0:
+                    data = await conn.read(self._timeout, self._request)
+                    if not data:
+                        raise self._cut()
+                    if len(data) > left:  # more than the message: the connection is not reusable
+                        self._keep_alive = False
+                        data = data[:left]
+                    left -= len(data)
+                    yield data
+            else:
+                while data := await conn.read(self._timeout, self._request):
+                    yield data
+                self._keep_alive = False
+        except BaseException:
+            self._drop()
+            raise
+        self._done()
+
+    async def _chunked_body(self, conn: _Conn) -> AsyncIterator[bytes]:
+        """Chunk payloads, decoded: whatever one read brought, joined into one piece."""
+        buf = b""
+        left = 0  # bytes of the current chunk's data still to come
+        crlf = False  # a chunk's data has ended; its CRLF is next
+        tail: bytes | None = None  # after the last chunk: trailers (rare) and an empty line
+        try:
+            while tail is None:
+                data = await conn.read(self._timeout, self._request)
+                if not data:
+                    raise self._cut()
+                buf = buf + data if buf else data
+                out: list[bytes] = []
+                pos, end = 0, len(buf)
+                while pos < end:
+                    if left:
+                        take = min(left, end - pos)
+                        out.append(buf[pos : pos + take])
+                        pos += take
+                        left -= take
+                        if left:
+                            break
+                        crlf = True
+                    if crlf:
+                        if end - pos < 2:
+                            break
+                        if buf[pos : pos + 2] != b"\r\n":
+                            raise httpx.RemoteProtocolError("malformed chunked body", request=self._request)
+                        pos += 2
+                        crlf = False
+                        continue
+                    eol = buf.find(b"\r\n", pos)
+                    if eol < 0:
+                        if end - pos > 1024:
+                            raise httpx.RemoteProtocolError("chunk size line too long", request=self._request)
+                        break
+                    try:
+                        size = int(buf[pos:eol].split(b";", 1)[0], 16)
+                    except ValueError:
+                        raise httpx.RemoteProtocolError("malformed chunk size", request=self._request) from None
+                    pos = eol + 2
+                    if size == 0:
+                        tail = buf[eol:]
+                        break
+                    left = size
+                buf = buf[pos:] if pos < end else b""
+                if out:
+                    yield out[0] if len(out) == 1 else b"".join(out)
+            while b"\r\n\r\n" not in tail:
+                more = await conn.read(self._timeout, self._request)
+                if not more:
+                    raise self._cut()
+                tail += more
+            if tail.index(b"\r\n\r\n") + 4 != len(tail):
+                self._keep_alive = False  # bytes after the message
+        except BaseException:
+            self._drop()
+            raise
+        self._done()
+
+    def _cut(self) -> httpx.RemoteProtocolError:
+        return httpx.RemoteProtocolError("the backend closed the connection mid-body", request=self._request)
+
+    def _done(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._keep_alive:
+            self._transport._checkin(self._origin, conn)
+        else:
+            conn.close()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def aclose(self) -> None:
+        self._drop()  # closed before its end: the backend sees the disconnect and aborts
+
+
+class FastTransport(httpx.AsyncBaseTransport):
+    def __init__(self, keepalive_expiry: float = 30.0, max_idle_per_origin: int = 512) -> None:
+        self._expiry = keepalive_expiry
+        self._max_idle = max_idle_per_origin
+        self._idle: dict[tuple[str, int], deque[_Conn]] = {}
+        self._tls: httpx.AsyncHTTPTransport | None = None
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            if self._tls is None:
+                self._tls = httpx.AsyncHTTPTransport()
+            return await self._tls.handle_async_request(request)
+        timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
+        origin = (url.host, url.port or 80)
+        body = await request.aread()
+        message = _encode_head(request, len(body)) + body
+        conn = self._checkout(origin)
+        if conn is not None:
+            try:
+                return await self._exchange(origin, conn, request, message, timeouts)
+            except _Stale:
+                pass  # closed by the server while idle: once more on a new connection
+        conn = await self._connect(origin, request, timeouts.get("connect"))
+        try:
+            return await self._exchange(origin, conn, request, message, timeouts)
+        except _Stale:
+            raise httpx.RemoteProtocolError("the backend closed the connection without answering", request=request) from None
+
+    async def _exchange(
+        self, origin: tuple[str, int], conn: _Conn, request: httpx.Request, message: bytes, timeouts: dict[str, Any]
+    ) -> httpx.Response:
+        read_timeout = timeouts.get("read")
+        try:
+            conn.writer.write(message)
+            if conn.writer.transport.get_write_buffer_size() > _READ_SIZE:
+                try:
+                    async with asyncio.timeout(timeouts.get("write")):
+                        await conn.writer.drain()
+                except TimeoutError:
+                    raise httpx.WriteTimeout("timed out sending to the backend", request=request) from None
+                except OSError as exc:
+                    raise httpx.WriteError(str(exc) or exc.__class__.__name__, request=request) from exc
+            while True:
+                head = await conn.read_head(read_timeout, request)
+                status, meta, headers = _parse_head(head, request)
+                if not 100 <= status < 200 or status == 101:
+                    break  # interim (1xx) answers are skipped
+            version, _, reason = meta.partition(b"\x00")
+            length: int | None = None
+            chunked = False
+            keep_alive = version == b"HTTP/1.1"
+            for name, value in headers:
+                lower = name.lower()
+                if lower == b"content-length":
+                    if not value.isdigit():
+                        raise httpx.RemoteProtocolError("malformed content-length", request=request)
+                    length = int(value)
+                elif lower == b"transfer-encoding":
+                    chunked = value.lower().endswith(b"chunked")
+                elif lower == b"connection":
+                    tokens = value.lower()
+                    if b"close" in tokens:
+                        keep_alive = False
+                    elif b"keep-alive" in tokens:
+                        keep_alive = True
+            if chunked:
+                length = None
+            if request.method == "HEAD" or status in _NO_BODY_STATUS:
+                length, chunked = 0, False
+        except BaseException:
+            conn.close()
+            raise
+        stream = _Body(self, origin, conn, request, read_timeout, length, chunked, keep_alive)
+        if length == 0:
+            stream._done()
+        return httpx.Response(
+            status, headers=headers, stream=stream,
+            extensions={"http_version": version, "reason_phrase": reason},
+        )
+
+    def _checkout(self, origin: tuple[str, int]) -> _Conn | None:
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        now = asyncio.get_running_loop().time()
+        while idle:
+            conn = idle.pop()  # the newest: the least likely to have been closed by the server
+            if conn.alive() and now - conn.idle_since < self._expiry:
+                return conn
+            conn.close()
+        return None
+
+    def _checkin(self, origin: tuple[str, int], conn: _Conn) -> None:
+        if self._closed or not conn.alive():
+            conn.close()
+            return
+        idle = self._idle.get(origin)
+        if idle is None:
+            idle = self._idle[origin] = deque()
+        now = asyncio.get_running_loop().time()
+        conn.idle_since = now
+        idle.append(conn)
+        # the oldest sit at the bottom: close the expired or dead ones there, a few at a time
+        while idle and (len(idle) > self._max_idle or not idle[0].alive() or now - idle[0].idle_since >= self._expiry):
+            idle.popleft().close()
+
+    async def _connect(self, origin: tuple[str, int], request: httpx.Request, limit_s: float | None) -> _Conn:
+        try:
+            async with asyncio.timeout(limit_s):
+                reader, writer = await asyncio.open_connection(origin[0], origin[1], limit=_MAX_HEAD)
+        except TimeoutError:
+            raise httpx.ConnectTimeout("timed out connecting to the backend", request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or exc.__class__.__name__, request=request) from exc
+        return _Conn(reader, writer)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
+        self._idle.clear()
+        if self._tls is not None:
+            await self._tls.aclose()

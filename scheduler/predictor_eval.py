@@ -1,6 +1,7 @@
 """``triage predictor eval``: train the length predictor on files, score it on another.
 
     python -m scheduler.predictor_eval --train A.jsonl B.jsonl --data C.jsonl [--json]
+        [--predictor lexical|embed] [--embed-cache FILE]
 
 Input rows are the prompt -> length JSONL of ``shared/data`` (fields ``prompt`` and
 ``response_tokens_cl100k``; ``source`` names the dataset). Training replays
@@ -11,6 +12,11 @@ tokens, mean absolute error of log tokens, short/medium/long accuracy with its
 confusion matrix (``ClassThresholds`` defaults), and prediction latency. The
 baseline row is batch ridge regression on TF-IDF word 1-2 grams
 (:mod:`scheduler.predictor_baseline`).
+
+``--predictor embed`` scores :class:`~scheduler.predictor_embed.EmbeddingLengthPredictor`
+(needs the ``embed`` extra). Training prompts are encoded in batches first (and kept in
+``--embed-cache`` when given); the evaluation rows are encoded one at a time inside
+``predict()``, as a live request would be, so the latency includes the encoder.
 
 ``--tenant source`` (the default) gives each dataset family its own tenant, as
 distinct applications behind one gateway would be; ``--tenant one`` puts every row
@@ -29,8 +35,14 @@ from pathlib import Path
 
 import orjson
 
+from scheduler.classify import Predictor
 from scheduler.predictor import LengthPredictor, PredictorConfig
 from scheduler.predictor_baseline import TfidfRidge
+from scheduler.predictor_embed import (
+    EmbedConfig,
+    EmbeddingLengthPredictor,
+    EmbeddingUnavailable,
+)  # torch loads on first use
 from scheduler.types import ClassThresholds, LengthClass, PredictInput
 
 _CLASSES = (LengthClass.SHORT, LengthClass.MEDIUM, LengthClass.LONG)
@@ -158,7 +170,7 @@ def to_input(row: dict, tenant_mode: str) -> PredictInput:
 # Runs.
 
 
-def train(predictor: LengthPredictor, rows: list[dict], epochs: int, seed: int, tenant_mode: str) -> None:
+def train(predictor: Predictor, rows: list[dict], epochs: int, seed: int, tenant_mode: str) -> None:
     """Replay observe() over the rows, shuffled each epoch: mixed traffic, not file order."""
     inputs = [(to_input(r, tenant_mode), int(r["response_tokens_cl100k"])) for r in rows]
     rng = random.Random(seed)
@@ -168,7 +180,7 @@ def train(predictor: LengthPredictor, rows: list[dict], epochs: int, seed: int, 
             predictor.observe(inp, tokens)
 
 
-def evaluate(predictor: LengthPredictor, rows: list[dict], tenant_mode: str) -> dict:
+def evaluate(predictor: Predictor, rows: list[dict], tenant_mode: str) -> dict:
     thresholds = ClassThresholds()
     predicted: list[float] = []
     latencies: list[float] = []
@@ -192,6 +204,24 @@ def baseline(train_rows: list[dict], rows: list[dict]) -> dict:
     return score(predicted, [int(r["response_tokens_cl100k"]) for r in rows], ClassThresholds())
 
 
+def _embed_predictor(
+    train_rows: list[dict], tenant_mode: str, cache: Path | None
+) -> EmbeddingLengthPredictor:
+    """The embedding predictor with every training prompt encoded up front, in batches."""
+    # Unbounded here: every training prompt is replayed each epoch, and a cache file may
+    # hold other files' prompts too. Cleared before the evaluation rows are predicted.
+    config = EmbedConfig(lexical=PredictorConfig(name="eval"), cache_size=1 << 30)
+    predictor = EmbeddingLengthPredictor(config)
+    if cache is not None and cache.exists():
+        predictor.load_cache(cache)
+    started = time.perf_counter()
+    encoded = predictor.warm_cache(to_input(r, tenant_mode) for r in train_rows)
+    print(f"encoded {encoded} training prompts in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    if cache is not None and encoded:
+        predictor.save_cache(cache)
+    return predictor
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triage predictor eval", description=__doc__.split("\n")[0])
     parser.add_argument("--train", nargs="+", type=Path, required=True, help="JSONL files to learn from")
@@ -203,6 +233,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=0, help="use only the first N rows of each file")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--save-warm-start", type=Path, help="write the trained state as a JSON warm start")
+    parser.add_argument("--predictor", choices=("lexical", "embed"), default="lexical")
+    parser.add_argument("--embed-cache", type=Path, help="embeddings of training prompts, read and updated")
     return parser
 
 
@@ -226,20 +258,31 @@ def main(argv: list[str] | None = None) -> int:
         print("need training rows and at least two data rows", file=sys.stderr)
         return 2
 
-    predictor = LengthPredictor(PredictorConfig(name="eval"))
+    try:
+        embed = (
+            _embed_predictor(train_rows, args.tenant, args.embed_cache) if args.predictor == "embed" else None
+        )
+    except EmbeddingUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    lexical = embed.lexical if embed is not None else LengthPredictor(PredictorConfig(name="eval"))
+    predictor: Predictor = embed if embed is not None else lexical
     started = time.perf_counter()
     train(predictor, train_rows, args.epochs, args.seed, args.tenant)
     trained_s = time.perf_counter() - started
+    if embed is not None:
+        embed.clear_cache()  # evaluation rows are encoded inside predict(), and timed
     result = evaluate(predictor, rows, args.tenant)
     result.update(train_rows=len(train_rows), epochs=args.epochs, tenant=args.tenant, train_s=trained_s)
+    result["predictor"] = args.predictor
     if not args.no_baseline:
         result["baseline"] = baseline(train_rows, rows)
     if args.save_warm_start:
-        args.save_warm_start.write_bytes(orjson.dumps(predictor.snapshot()))
+        args.save_warm_start.write_bytes(orjson.dumps(lexical.snapshot()))
 
     print(f"train rows {len(train_rows)} x {args.epochs} epochs in {trained_s:.1f} s; data rows {len(rows)}")
     print(f"{'':<22} {'tau-b':>7} {'spearman':>8} {'mae_log':>8} {'class_acc':>9}   p50 / p99 ms")
-    print(_table("online predictor", result))
+    print(_table(f"online {args.predictor}", result))
     if "baseline" in result:
         print(_table("tfidf ridge baseline", result["baseline"]))
     print("confusion (rows actual, columns predicted: short medium long):")

@@ -136,8 +136,10 @@ class Exchange:
         proxy.registry.report(self.grant.backend, ok, status in (429, 503), ttft_s, tpot_s)
         if not self.spec.restricted:
             proxy.registry.reservations[self.pool].on_open_done(time.monotonic() - self.sent_at)
-        # a reply cut at max_tokens says only "at least": learning from it would bias low
-        if tokens is not None and ok and (self.req.max_tokens is None or tokens < self.req.max_tokens):
+        # Replies cut at max_tokens are learned too: leaving them out would teach the
+        # model only the replies that ended early, biasing it low; the cap is a feature,
+        # so what a cut reply teaches lands mostly on the cap, not on the text.
+        if tokens is not None and ok:
             proxy.classifier.predictor.observe(self.inp, tokens)
         self.ctx.trace.call_done(self.call, tokens, ok, status, tpot_s, self.reply)  # after the slot is back
 

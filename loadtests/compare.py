@@ -16,12 +16,15 @@ import signal
 import sys
 import uuid
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
+from scheduler.keys import predictor_key
 
 from .arrivals import ArrivalSpec, Process
 from .client import RequestRecord, Target
@@ -77,6 +80,7 @@ class CompareConfig:
     out: Path
     json_path: Path
     quiet: bool
+    train_s: float = 0.0  # teach the gateways' predictor first, on other prompts (seed + 1)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=float, default=None, help="capacity in RPS: skip measuring it")
     p.add_argument("--out", default="compare-out", help="folder for compare.md, compare.png, logs")
     p.add_argument("--json", default=None, help="JSON report path (default OUT/compare.json)")
+    p.add_argument("--train-s", type=float, default=60.0,
+                   help="before the runs, teach the length predictor for this long on other prompts of the "
+                        "same workload (seed + 1), as a gateway in service would have learned; 0: cold")
     p.add_argument("--smoke", action="store_true",
                    help="tiny run for tests: fast profile, one load, a few seconds per mode")
 
@@ -114,13 +121,14 @@ def compare_config(args: argparse.Namespace) -> CompareConfig:
         raise UsageError("--backends, --max-num-seqs and --duration must be positive")
     sim = SimSpec(args.profile, args.model, args.max_num_seqs, args.sim_time_scale)
     duration, drain, warmup, capacity_s = args.duration, args.drain, args.warmup_s, args.capacity_s
+    train_s = args.train_s
     if args.smoke:
         loads, sim = loads[:1], SimSpec("fast", args.model, 4, 1.0)
-        duration, drain, warmup, capacity_s = 3.0, 30.0, 0.0, 3.0
+        duration, drain, warmup, capacity_s, train_s = 3.0, 30.0, 0.0, 3.0, min(train_s, 2.0)
     out = Path(args.out)
     return CompareConfig(args.workload, loads, modes, sim, args.backends, duration, drain, warmup, capacity_s,
                          args.capacity, args.seed, resolve_data_dir(args.data_dir), out,
-                         Path(args.json) if args.json else out / "compare.json", args.quiet)
+                         Path(args.json) if args.json else out / "compare.json", args.quiet, train_s)
 
 
 def _log(cfg: CompareConfig, text: str) -> None:
@@ -189,6 +197,22 @@ def load_config(cfg: CompareConfig, workload: Workload, urls: tuple[str, ...], r
                       Warmup(0, cfg.warmup_s), cfg.seed, cfg.data_dir)
 
 
+def copy_hash(redis_url: str, key: str) -> dict[bytes, bytes]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return dict(client.hgetall(key))  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
+def paste_hash(redis_url: str, key: str, fields: dict[bytes, bytes]) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.hset(key, mapping=fields)  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
 def _stop_on_term(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds the ExitStack: every child is stopped
 
@@ -222,19 +246,21 @@ def run(args: argparse.Namespace) -> int:
         base = load_config(cfg, workload, direct, 1.0, None)
         rows = trace_rows(base) if workload.trace else None
         capacity = measure_capacity(cfg, base, catalog, direct)
+        trained = _train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
         _log(cfg, f"capacity: {capacity['rps']:.3f} req/s "
                   f"({capacity.get('output_tps', '-')} output tokens/s, {capacity['mean_output_tokens']} per request)")
         for load in cfg.loads:
             rate = load * capacity["rps"]
             for mode in cfg.modes:
                 row, records = _one(cfg, workload, catalog, mode, load, rate, rows, direct, redis_url,
-                                    thresholds, logs)
+                                    thresholds, logs, trained)
                 runs.append(row)
                 kept[(mode, load)] = Warmup(0, cfg.warmup_s).measured(records)
                 write_records(cfg.out / "runs" / f"{mode}-{load}.jsonl", records)
     report = {
         "schema": "triage.compare/1",
         "config": {"workload": workload.name, "loads": list(cfg.loads), "modes": list(cfg.modes),
+                   "predictor_training_s": cfg.train_s,
                    "profile": cfg.sim.profile, "max_num_seqs": cfg.sim.max_num_seqs, "backends": cfg.backends,
                    "sim_time_scale": cfg.sim.time_scale, "duration_s": cfg.duration_s, "drain_s": cfg.drain_s,
                    "warmup_s": cfg.warmup_s, "seed": cfg.seed, "class_thresholds": list(thresholds)},
@@ -262,15 +288,42 @@ def _short_long(workload: Workload) -> tuple[str, str]:
     return ("short" if "short" in names else names[0]), ("long" if "long" in names else names[-1])
 
 
+def _train_predictor(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, direct: tuple[str, ...],
+                     redis_url: str, rate: float, logs: Path) -> dict[bytes, bytes]:
+    """A gateway in service has learned from the traffic it saw. Teach one on other
+    prompts of the same workload (seed + 1, never the measured ones) and return its
+    predictor state, which every measured gateway then starts from (a copy each)."""
+    if cfg.train_s <= 0:
+        return {}
+    prefix = f"cmptrain{uuid.uuid4().hex[:8]}"
+    conf = gateway_config(redis_url, prefix, "fifo", list(direct), cfg.sim.model, cfg.sim.max_num_seqs,
+                          free_port(), {"predictor_sync_s": 1.0})
+    child = gateway(conf, "gateway-train", logs)
+    try:
+        url = child.start("/ready")
+        train = replace(cfg, seed=cfg.seed + 1, duration_s=cfg.train_s, warmup_s=0.0)
+        records = run_async(_run(load_config(train, workload, (url,), rate, None), catalog, "training", cfg.quiet))
+    except StackError as exc:
+        raise CompareError(str(exc)) from None
+    finally:
+        child.stop()  # pushes what it learned
+    state = copy_hash(redis_url, predictor_key("default", prefix))
+    _log(cfg, f"predictor taught on {len(records)} requests of other prompts ({len(state)} fields)")
+    return state
+
+
 def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: str, load: float, rate: float,
          rows: list[TraceRow] | None, direct: tuple[str, ...], redis_url: str, thresholds: tuple[int, int],
-         logs: Path) -> tuple[dict[str, Any], list[RequestRecord]]:
+         logs: Path, trained: dict[bytes, bytes]) -> tuple[dict[str, Any], list[RequestRecord]]:
     child = None
     urls = direct
     if mode != "direct":
         policy, extra, backend = GATEWAY_MODES[mode]
         limit = cfg.sim.max_num_seqs * backend.get("limit_factor", 1)
-        conf = gateway_config(redis_url, f"cmp{uuid.uuid4().hex[:8]}", policy, list(direct), cfg.sim.model,
+        prefix = f"cmp{uuid.uuid4().hex[:8]}"
+        if trained:
+            paste_hash(redis_url, predictor_key("default", prefix), trained)
+        conf = gateway_config(redis_url, prefix, policy, list(direct), cfg.sim.model,
                               limit, free_port(), extra)
         if "adaptive" in backend:
             for b in conf["backends"]:

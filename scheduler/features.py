@@ -174,6 +174,13 @@ def names(inp: PredictInput, spec: FeatureSpec) -> dict[str, float]:
             feats["asked_wordnum"] = math.log1p(number) / 3.0
             break
 
+    # The client's cap: a cap, not a guess, but clients that ask for 64 tokens and
+    # clients that ask for 4,096 expect different replies. A client that sends one cap
+    # for everything makes this a constant, which the model learns to ignore.
+    if inp.max_tokens is not None:
+        feats[f"cap_b:{_bucket(inp.max_tokens)}"] = 1.0
+        feats["cap_log"] = math.log1p(inp.max_tokens) / 8.0
+
     # Size of the whole request (not just the window).
     n_chars = max(inp.prompt_chars, len(inp.prompt))
     feats[f"chars_b:{_bucket(n_chars)}"] = 1.0

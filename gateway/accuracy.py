@@ -13,38 +13,14 @@ predictor learns from the same replies.
 
 from __future__ import annotations
 
-import math
 from collections import deque
+
+from scheduler.ranking import kendall_tau_b
 
 
 def ratio(actual: int, predicted: float) -> float:
     """actual / predicted, both floored at one token."""
     return max(1, actual) / max(1.0, predicted)
-
-
-def kendall_tau(pairs: list[tuple[float, float]]) -> float | None:
-    """Kendall's tau-b (ties counted apart on each side); None when undefined."""
-    concordant = discordant = ties_x = ties_y = 0
-    n = len(pairs)
-    for i in range(n):
-        xi, yi = pairs[i]
-        for j in range(i + 1, n):
-            dx = xi - pairs[j][0]
-            dy = yi - pairs[j][1]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    if denom == 0:
-        return None
-    return (concordant - discordant) / denom
 
 
 class RankAccuracy:
@@ -58,4 +34,5 @@ class RankAccuracy:
         return len(self._pairs)
 
     def tau(self) -> float | None:
-        return kendall_tau(list(self._pairs))
+        pairs = list(self._pairs)
+        return kendall_tau_b([p[0] for p in pairs], [p[1] for p in pairs])

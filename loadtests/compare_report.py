@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.ranking import kendall_tau_b
+
 from .client import RequestRecord
 from .metrics import Summary, Warmup, percentile
 
@@ -22,27 +24,6 @@ CLASS_RANK = {"short": 0, "medium": 1, "long": 2}
 
 def gateway_class(tokens: int, short_max: int, medium_max: int) -> str:
     return "short" if tokens <= short_max else "medium" if tokens <= medium_max else "long"
-
-
-def kendall_tau_b(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Kendall's tau-b (ties in either variable allowed); None when undefined."""
-    n = len(xs)
-    concordant = discordant = ties_x = ties_y = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    denom = ((concordant + discordant + ties_x) * (concordant + discordant + ties_y)) ** 0.5
-    return None if denom == 0 else (concordant - discordant) / denom
 
 
 def classification(records: Sequence[RequestRecord], short_max: int, medium_max: int

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loadtests.client import RequestRecord
-from loadtests.compare_report import classification, gateway_class, kendall_tau_b, ratios
+from loadtests.compare_report import classification, gateway_class, ratios
+from scheduler.ranking import kendall_tau_b
 
 
 def served(tokens: int, cls: str) -> RequestRecord:

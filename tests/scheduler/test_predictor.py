@@ -13,7 +13,8 @@ import redis.asyncio as aioredis
 
 from scheduler.keys import predictor_key
 from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_eval import kendall_tau_b, main, spearman
+from scheduler.predictor_eval import main
+from scheduler.ranking import kendall_tau_b, spearman
 from scheduler.types import PredictInput, PredictionSource
 
 DATA = Path("/work/shared/data")

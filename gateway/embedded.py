@@ -6,6 +6,7 @@ gateway itself only ever sees a Redis URL and backend URLs.
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +19,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, grace_s: float = 10.0) -> None:
+    """Stop a child process by its PID: SIGINT (Ctrl-C: it cleans up), then kill."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class EmbeddedRedis:
@@ -67,11 +80,5 @@ class EmbeddedSimulator:
         raise RuntimeError(f"the simulated backend did not answer on {self.url} within {timeout_s:.0f}s")
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
+        proc, self._proc = self._proc, None
+        stop_child(proc, grace_s=5)

@@ -8,7 +8,6 @@ Every child listens on 127.0.0.1 only, logs to a file, and is stopped by its PID
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from gateway.embedded import free_port
+from gateway.embedded import free_port, stop_child
 
 
 class StackError(Exception):
@@ -61,14 +60,7 @@ class Child:
 
     def stop(self, grace_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc, grace_s)
 
 
 @dataclass(frozen=True, slots=True)

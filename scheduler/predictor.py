@@ -11,7 +11,12 @@ Layers, first match wins:
    system prompt. Before ``min_observations`` the source says PRIOR; the estimate
    then starts at ``prior_tokens`` (or the shipped warm start, when configured).
 3. **Cap** - ``max_tokens`` bounds the estimate. It is a cap, not a guess (many
-   clients send 4096 on everything), so it only wins when it is smaller.
+   clients send 4096 on everything), so it only wins when it is smaller - unless the
+   traffic shows otherwise: per template, the predictor counts how often a capped
+   request ran to its cap. Where that is the rule (fixed-length batch jobs, clients
+   that size ``max_tokens`` to the task, benchmarks with ``ignore_eos``), the estimate
+   moves towards the cap in proportion (in log space); where caps are generous it
+   stays where the text model put it.
 
 The upper quantile comes from a histogram of log-space residuals measured before
 each update (progressive validation), so it tracks how wrong the model really is.
@@ -57,6 +62,8 @@ class PredictorConfig:
     min_residuals: int = 50  # residuals needed before the histogram replaces prior_upper_ratio
     template_shrink: float = 20.0  # correction = sum / (count + shrink)
     template_window: float = 400.0  # halve a template's sums past this count: recent data weighs more
+    cap_hit_ratio: float = 0.95  # a reply this close to its max_tokens ran to the cap
+    cap_shrink: float = 10.0  # share of capped replies that hit the cap = hits / (count + shrink)
     features: FeatureSpec = field(default_factory=FeatureSpec)
     warm_start: Path | None = None  # JSON of fields -> values (see predictor_eval --save-warm-start)
 
@@ -86,7 +93,11 @@ class LengthPredictor:
             return Prediction(tokens=tokens, upper=tokens, source=PredictionSource.HINT)
 
         linear = self._linear(extract(inp, self.config.features))
-        z = min(_MAX_LOG, max(0.0, linear + self._correction(template_key(inp))))
+        group = template_key(inp)
+        z = min(_MAX_LOG, max(0.0, linear + self._correction(group)))
+        if cap is not None and math.exp(z) < cap:
+            # where this template's replies run to their cap, the cap is the estimate
+            z += self._cap_hits(group) * (math.log(cap) - z)
         tokens = math.exp(z)
         upper = max(tokens, math.exp(min(_MAX_LOG, z + self._upper_offset())))
         learned = self._state.get("n") >= self.config.min_observations
@@ -139,6 +150,14 @@ class LengthPredictor:
             add(f"c:{group}", -0.5 * count)
         add(f"s:{group}", y - linear)
         add(f"c:{group}", 1.0)
+        if inp.max_tokens is not None and inp.max_tokens > 0:
+            capped = get(f"kc:{group}")
+            if capped >= cfg.template_window:
+                add(f"kh:{group}", -0.5 * get(f"kh:{group}"))
+                add(f"kc:{group}", -0.5 * capped)
+            add(f"kc:{group}", 1.0)
+            if actual_tokens >= cfg.cap_hit_ratio * inp.max_tokens:
+                add(f"kh:{group}", 1.0)
         add("n", 1.0)
 
     # Sharing.
@@ -171,6 +190,13 @@ class LengthPredictor:
         if count <= 0.0:
             return 0.0
         return self._state.get(f"s:{group}") / (count + self.config.template_shrink)
+
+    def _cap_hits(self, group: str) -> float:
+        """Share of this template's capped replies that ran to the cap (shrunk to 0)."""
+        count = self._state.get(f"kc:{group}")
+        if count <= 0.0:
+            return 0.0
+        return self._state.get(f"kh:{group}") / (count + self.config.cap_shrink)
 
     def _upper_offset(self) -> float:
         """Log-space offset of the upper quantile above the point estimate."""

@@ -62,6 +62,27 @@ def test_cap_applies_only_below_the_estimate() -> None:
     assert loose.upper <= 4096
 
 
+def test_a_template_whose_replies_run_to_the_cap_is_predicted_at_its_cap() -> None:
+    p = LengthPredictor(PredictorConfig(prior_tokens=250))
+    for i in range(60):  # a fixed-length job: every reply is exactly max_tokens long
+        cap = 1000 + 17 * i if i % 2 else 20 + i
+        p.observe(ask(f"Write part {i} of the report.", max_tokens=cap), cap)
+    long = p.predict(ask("Write the next part of the report.", max_tokens=1800))
+    short = p.predict(ask("Write the next part of the report.", max_tokens=40))
+    assert long.tokens > 1200 and long.source is PredictionSource.LEARNED
+    assert short.tokens == 40
+    other = p.predict(ask("Write the next part of the report.", max_tokens=1800, tenant="t2"))
+    assert other.tokens < 1000  # another tenant's caps prove nothing about this one's
+
+
+def test_generous_caps_leave_the_estimate_to_the_text_model() -> None:
+    p = LengthPredictor(PredictorConfig(prior_tokens=250))
+    for i in range(60):  # max_tokens 4096 on everything, replies of 100-300 tokens
+        p.observe(ask(f"Question {i} about the sea?", max_tokens=4096), 100 + 3 * i)
+    got = p.predict(ask("Another question about the sea?", max_tokens=4096))
+    assert got.tokens < 400
+
+
 def test_long_prompt_is_handled() -> None:
     prompt = "word " * 50_000 + "Summarize the above in one sentence."
     got = LengthPredictor().predict(ask(prompt))

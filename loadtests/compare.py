@@ -55,6 +55,9 @@ GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # backpressure: a limit far above what the engine runs, held static or left to adapt
     "static_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
     "adaptive_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
+    # the same pair ordered by true lengths: what the limit alone buys, prediction aside
+    "static_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
+    "adaptive_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
 }
 MODES = ("direct", *GATEWAY_MODES)
 
@@ -275,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     write_plot(cfg.out / "compare.png", report, short, long)
     write_cdf_plot(cfg.out / "compare_cdf.png", kept, short)
     trajectories = {f"{r['mode']} @ {r['load']}": r.get("limit_trajectory", []) for r in runs
-                    if r["mode"] in ("static_high", "adaptive_high")}
+                    if "_high" in r["mode"]}
     write_limit_plot(cfg.out / "limit.png", trajectories, f"concurrency limit, {workload.name}")
     if not cfg.quiet:
         print_tables(report)

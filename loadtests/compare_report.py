@@ -104,6 +104,12 @@ TARGETS = (
      ">=", 3.0),
     ("output TPS, adaptive_high / static_high", "adaptive_high", "static_high", "overall", "output_tps",
      ">=", 0.95),
+    ("short TTFT p99, static_high_oracle / adaptive_high_oracle", "static_high_oracle", "adaptive_high_oracle",
+     "short", "ttft_p99_s", ">=", 3.0),
+    ("output TPS, adaptive_high_oracle / static_high_oracle", "adaptive_high_oracle", "static_high_oracle",
+     "overall", "output_tps", ">=", 0.95),
+    ("short TTFT p99, oracle / oracle_reserved", "oracle", "oracle_reserved", "short", "ttft_p99_s", None, None),
+    ("output TPS, oracle_reserved / fifo", "oracle_reserved", "fifo", "overall", "output_tps", ">=", 0.98),
     ("short TTFT p99, fifo / direct", "fifo", "direct", "short", "ttft_p99_s", None, None),
     ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps", None, None),
 )

@@ -63,7 +63,9 @@ def print_tables(report: dict[str, Any]) -> None:
     for h in ("load", "ratio", "value", "target", "met"):
         ratios.add_column(h)
     for x in report["ratios"]:
-        ratios.add_row(f"{x['load']:.2f}", x["ratio"], "-" if x["value"] is None else f"{x['value']:.2f}",
+        if x["value"] is None:
+            continue  # a ratio between modes this run did not include
+        ratios.add_row(f"{x['load']:.2f}", x["ratio"], f"{x['value']:.2f}",
                        x["target"] or "", {True: "yes", False: "NO", None: ""}[x["met"]])
     console.print(ratios)
 
@@ -88,8 +90,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["| class accuracy | " + " | ".join(_acc(r) for r in rows) + " |", ""]
     lines += ["| load | ratio | value | target | met |", "|---:|---|---:|---|---|"]
     for x in report["ratios"]:
-        value = "-" if x["value"] is None else f"{x['value']:.2f}"
-        lines.append(f"| {x['load']:.2f} | {x['ratio']} | {value} | {x['target'] or ''} | "
+        if x["value"] is None:
+            continue
+        lines.append(f"| {x['load']:.2f} | {x['ratio']} | {x['value']:.2f} | {x['target'] or ''} | "
                      f"{ {True: 'yes', False: '**no**', None: ''}[x['met']] } |")
     return "\n".join(lines) + "\n"
 

@@ -58,6 +58,7 @@ def reservation_params(settings: Settings) -> ReservationParams:
     return ReservationParams(
         enabled=settings.reserve_slots, min_long_share=settings.long_share_min,
         max_long_share=settings.long_share_max, headroom_slots=settings.reserve_headroom_slots,
+        long_target_utilization=settings.long_target_utilization,
         borrow_share=settings.borrow_share, quiet_after_s=settings.quiet_after_s,
     )
 

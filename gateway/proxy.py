@@ -134,8 +134,11 @@ class Exchange:
         proxy = self.proxy
         proxy.dispatcher.release_soon(self.grant)
         proxy.registry.report(self.grant.backend, ok, status in (429, 503), ttft_s, tpot_s)
-        if not self.spec.restricted:
-            proxy.registry.reservations[self.pool].on_open_done(time.monotonic() - self.sent_at)
+        reservation = proxy.registry.reservations[self.pool]
+        if self.spec.restricted:
+            reservation.on_restricted_done(time.monotonic() - self.sent_at)
+        else:
+            reservation.on_open_done(time.monotonic() - self.sent_at)
         # Replies cut at max_tokens are learned too: leaving them out would teach the
         # model only the replies that ended early, biasing it low; the cap is a feature,
         # so what a cut reply teaches lands mostly on the cap, not on the text.
@@ -202,7 +205,9 @@ class Proxy:
             slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,
             cost_s=placement.order.cost_s, restricted=restricted,
         )
-        if not restricted:
+        if restricted:
+            self.registry.reservations[pool].on_restricted_arrival()
+        else:
             self.registry.reservations[pool].on_open_arrival()
         ctx.trace.enqueued(req, placement, spec, pool)
         exchange = Exchange(self, req, ctx, inp, placement, spec, pool)

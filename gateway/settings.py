@@ -96,6 +96,7 @@ class Settings(BaseSettings):
     reserve_slots: bool = False
     long_share_min: float = Field(default=0.5, gt=0, le=1)
     long_share_max: float = Field(default=0.9, gt=0, le=1)
+    long_target_utilization: float = Field(default=0.9, gt=0, le=1)  # the cap covers long load / this
     reserve_headroom_slots: float = Field(default=1.0, ge=0)
     borrow_share: float = Field(default=0.5, ge=0, le=1)
     quiet_after_s: float = Field(default=10.0, ge=0)

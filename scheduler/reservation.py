@@ -10,6 +10,11 @@ in the dispatch script with the limit itself, so it holds across replicas.
   for slots — its mean number of requests in service, spread over the pool's
   backends — plus ``headroom_slots``, with the long share kept between
   ``min_long_share`` and ``max_long_share``.
+- **Never below what long work needs**: a cap under the restricted class's own offered
+  load (its arrival rate times its mean service time) would let its queue grow without
+  bound and leave the engine emptier than the traffic needs, which costs throughput.
+  The cap is therefore at least that load divided by ``long_target_utilization``
+  (still within ``max_long_share``); the reserve gets what is left.
 - **Work-conserving**: while no open request waits and none arrived for
   ``quiet_after_s``, restricted work may borrow up to ``borrow_share`` of the limit
   beyond its cap. At worst a short request that arrives then waits for the first
@@ -32,6 +37,7 @@ class ReservationParams:
     borrow_share: float = 0.5  # of the limit, borrowable while open work is quiet
     quiet_after_s: float = 10.0
     window_s: float = 30.0  # how far back demand is measured
+    long_target_utilization: float = 0.9  # of the capped slots, by the restricted class's load
 
 
 class Reservation:
@@ -41,7 +47,11 @@ class Reservation:
         self.params = params
         self.backends = max(1, backends)
         self.demand_slots = 0.0  # mean open-class requests in service, whole pool
+        self.long_demand_slots = 0.0  # restricted work offered, in slots, whole pool
         self._busy_s = 0.0  # open-class service seconds in the current window
+        self._long_arrivals = 0.0  # restricted arrivals in the current window
+        self._long_service_s = 0.0  # service seconds of restricted requests finished...
+        self._long_done = 0.0  # ...and how many they were
         self._window = 0.0
         self._since_open = math.inf
 
@@ -50,6 +60,13 @@ class Reservation:
 
     def on_open_done(self, service_s: float) -> None:
         self._busy_s += max(0.0, service_s)
+
+    def on_restricted_arrival(self) -> None:
+        self._long_arrivals += 1.0
+
+    def on_restricted_done(self, service_s: float) -> None:
+        self._long_service_s += max(0.0, service_s)
+        self._long_done += 1.0
 
     @property
     def quiet(self) -> bool:
@@ -60,15 +77,28 @@ class Reservation:
         self._since_open += dt
         self._window += dt
         if self._window > 0:
-            self.demand_slots = self._busy_s / max(self._window, dt)
+            span = max(self._window, dt)
+            self.demand_slots = self._busy_s / span
+            if self._long_done > 0:  # offered load: arrival rate x mean service time
+                mean_service = self._long_service_s / self._long_done
+                self.long_demand_slots = self._long_arrivals / span * mean_service
         if self._window >= self.params.window_s:
-            self._busy_s /= 2  # forget slowly: half the weight per window
+            # forget slowly: half the weight per window
+            self._busy_s /= 2
+            self._long_arrivals /= 2
+            self._long_service_s /= 2
+            self._long_done /= 2
             self._window /= 2
 
     def share(self, limit: int) -> float:
         p = self.params
+        limit = max(1, limit)
         keep = self.demand_slots / self.backends + p.headroom_slots
-        return max(p.min_long_share, min(p.max_long_share, 1.0 - keep / max(1, limit)))
+        share = 1.0 - keep / limit
+        need = self.long_demand_slots / self.backends / p.long_target_utilization
+        if need > 0:
+            share = max(share, math.ceil(need - 1e-9) / limit)
+        return max(p.min_long_share, min(p.max_long_share, share))
 
     def long_cap(self, limit: int) -> int:
         if not self.params.enabled:

@@ -50,6 +50,25 @@ def test_share_follows_open_demand_between_floor_and_ceiling() -> None:
     assert r.long_cap(8) == 2  # the floor share
 
 
+def test_cap_never_falls_below_what_long_work_needs() -> None:
+    params = ReservationParams(enabled=True, min_long_share=0.25, max_long_share=0.875, headroom_slots=1.0,
+                               long_target_utilization=0.9)
+    r = Reservation(params)
+    for _ in range(10):
+        r.on_open_done(3.0)  # shorts keep three slots busy: alone they would leave long work 4 of 8
+        r.on_restricted_arrival()  # one long a second, 5 s each: five slots of long load
+        r.on_restricted_done(5.0)
+        r.tick(1.0)
+    assert r.long_demand_slots == pytest.approx(5.0)
+    assert r.long_cap(8) == 6  # ceil(5 / 0.9): long work keeps up; the reserve gets the rest
+    for _ in range(10):
+        r.on_restricted_arrival()
+        r.on_restricted_arrival()
+        r.on_restricted_done(5.0)
+        r.tick(1.0)
+    assert r.long_cap(8) == 7  # more long load than the cap can hold: the ceiling still keeps a reserve
+
+
 def test_quiet_after_no_open_arrivals() -> None:
     r = Reservation(ReservationParams(enabled=True, quiet_after_s=5.0))
     r.on_open_arrival()

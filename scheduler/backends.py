@@ -167,6 +167,11 @@ class BackendRegistry:
                 if b.config.pool == pool:
                     b.in_flight, b.borrowed = busy.get(b.name, 0), borrowed.get(b.name, 0)
                     b.limiter.on_in_flight(b.in_flight)
+            if self.reservations[pool].params.enabled:
+                try:
+                    self.reservations[pool].replicas = await self._dispatcher.replicas(pool)
+                except RedisError:
+                    pass
 
     async def _probe(self, backend: BackendState) -> None:
         headers = {"authorization": f"Bearer {backend.config.api_key}"} if backend.config.api_key else {}

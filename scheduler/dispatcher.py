@@ -221,6 +221,12 @@ class Dispatcher:
             busy, borrowed = await pipe.execute()
         return _ints(busy), _ints(borrowed)
 
+    async def replicas(self, pool: str) -> int:
+        """Replicas whose heartbeat is current (on Redis's clock), this one included."""
+        seconds, micros = await self._redis.time()
+        live = await self._redis.zcount(self._keys[pool].owners, seconds + micros / 1e6, "+inf")
+        return max(1, int(live))
+
     def drain_rate(self, pool: str) -> float:
         """Tickets granted per second in the pool, by all replicas, recently."""
         return self._drain[pool].rate

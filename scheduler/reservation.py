@@ -15,6 +15,10 @@ in the dispatch script with the limit itself, so it holds across replicas.
   bound and leave the engine emptier than the traffic needs, which costs throughput.
   The cap is therefore at least that load divided by ``long_target_utilization``
   (still within ``max_long_share``); the reserve gets what is left.
+
+Each replica measures the traffic that reaches it; with several replicas behind a load
+balancer that is about one in ``replicas`` of the pool's, so demand is scaled by the
+number of live replicas (read from Redis every probe round).
 - **Work-conserving**: while no open request waits and none arrived for
   ``quiet_after_s``, restricted work may borrow up to ``borrow_share`` of the limit
   beyond its cap. At worst a short request that arrives then waits for the first
@@ -46,6 +50,7 @@ class Reservation:
     def __init__(self, params: ReservationParams, backends: int = 1) -> None:
         self.params = params
         self.backends = max(1, backends)
+        self.replicas = 1  # live gateway replicas sharing the pool's traffic
         self.demand_slots = 0.0  # mean open-class requests in service, whole pool
         self.long_demand_slots = 0.0  # restricted work offered, in slots, whole pool
         self._busy_s = 0.0  # open-class service seconds in the current window
@@ -93,9 +98,10 @@ class Reservation:
     def share(self, limit: int) -> float:
         p = self.params
         limit = max(1, limit)
-        keep = self.demand_slots / self.backends + p.headroom_slots
+        spread = self.replicas / self.backends  # this replica's view -> one backend's
+        keep = self.demand_slots * spread + p.headroom_slots
         share = 1.0 - keep / limit
-        need = self.long_demand_slots / self.backends / p.long_target_utilization
+        need = self.long_demand_slots * spread / p.long_target_utilization
         if need > 0:
             share = max(share, math.ceil(need - 1e-9) / limit)
         return max(p.min_long_share, min(p.max_long_share, share))

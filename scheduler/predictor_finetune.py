@@ -50,10 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_embed import EmbeddingUnavailable
-from scheduler.types import PredictInput, Prediction, PredictionSource
+from scheduler.predictor_embed import EmbeddingUnavailable, blended
+from scheduler.types import PredictInput, Prediction
 
-_MAX_LOG = math.log(1_000_000)
 _EXTRA_HINT = (
     "the fine-tuned predictor needs the 'embed' extra: pip install 'triage-gateway[embed]' "
     "(on a CPU-only machine pin torch==2.13.0 first)"
@@ -126,14 +125,7 @@ class FinetunedLengthPredictor:
         lex = self.lexical.predict(dataclasses.replace(inp, max_tokens=None))
         weight = self.config.weight
         z = (1.0 - weight) * math.log(lex.tokens) + weight * net.predict_logs([(inp.prompt, inp.tenant)])[0]
-        tokens = math.exp(min(_MAX_LOG, max(0.0, z)))
-        # The upper quantile keeps the lexical model's spread above its point estimate.
-        upper = max(tokens, tokens * lex.upper / lex.tokens)
-        if cap is not None:
-            if cap < tokens:
-                return Prediction(tokens=float(cap), upper=float(cap), source=PredictionSource.CAP)
-            upper = min(upper, float(cap))
-        return Prediction(tokens=tokens, upper=upper, source=lex.source)
+        return blended(lex, z, cap)
 
     def predict_logs(self, inputs: Sequence[PredictInput]) -> list[float]:
         """The fine-tuned model's own ``log(tokens)`` for many prompts, in batches (no blend)."""

@@ -16,11 +16,12 @@ import signal
 import sys
 import uuid
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import redis
+import yaml
 
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
@@ -84,6 +85,7 @@ class CompareConfig:
     json_path: Path
     quiet: bool
     train_s: float = 0.0  # teach the gateways' predictor first, on other prompts (seed + 1)
+    gateway_settings: dict[str, Any] = field(default_factory=dict)  # --gateway-set, every measured gateway
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,6 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-s", type=float, default=60.0,
                    help="before the runs, teach the length predictor for this long on other prompts of the "
                         "same workload (seed + 1), as a gateway in service would have learned; 0: cold")
+    p.add_argument("--gateway-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a gateway setting for every measured gateway (repeatable; the value is read as "
+                        "YAML), e.g. --gateway-set long_share_max=0.75; the mode's own settings win")
     p.add_argument("--smoke", action="store_true",
                    help="tiny run for tests: fast profile, one load, a few seconds per mode")
 
@@ -129,9 +134,33 @@ def compare_config(args: argparse.Namespace) -> CompareConfig:
         loads, sim = loads[:1], SimSpec("fast", args.model, 4, 1.0)
         duration, drain, warmup, capacity_s, train_s = 3.0, 30.0, 0.0, 3.0, min(train_s, 2.0)
     out = Path(args.out)
+    settings = gateway_settings(args.gateway_set)
     return CompareConfig(args.workload, loads, modes, sim, args.backends, duration, drain, warmup, capacity_s,
                          args.capacity, args.seed, resolve_data_dir(args.data_dir), out,
-                         Path(args.json) if args.json else out / "compare.json", args.quiet, train_s)
+                         Path(args.json) if args.json else out / "compare.json", args.quiet, train_s, settings)
+
+
+# Settings the comparison itself decides for each gateway it starts.
+_OWN_SETTINGS = frozenset({"host", "port", "redis_url", "key_prefix", "policy", "allow_oracle", "backends"})
+
+
+def gateway_settings(pairs: list[str]) -> dict[str, Any]:
+    """``["long_share_max=0.75", ...]`` -> ``{"long_share_max": 0.75}`` (values read as YAML)."""
+    from .cli import UsageError
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--gateway-set {pair!r}: expected KEY=VALUE, e.g. long_share_max=0.75")
+        if key in _OWN_SETTINGS:
+            raise UsageError(f"--gateway-set {key}: set by the comparison itself for each mode")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise UsageError(f"--gateway-set {key}: the value is not valid YAML") from None
+    return out
 
 
 def _log(cfg: CompareConfig, text: str) -> None:
@@ -263,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "schema": "triage.compare/1",
         "config": {"workload": workload.name, "loads": list(cfg.loads), "modes": list(cfg.modes),
-                   "predictor_training_s": cfg.train_s,
+                   "predictor_training_s": cfg.train_s, "gateway_settings": cfg.gateway_settings,
                    "profile": cfg.sim.profile, "max_num_seqs": cfg.sim.max_num_seqs, "backends": cfg.backends,
                    "sim_time_scale": cfg.sim.time_scale, "duration_s": cfg.duration_s, "drain_s": cfg.drain_s,
                    "warmup_s": cfg.warmup_s, "seed": cfg.seed, "class_thresholds": list(thresholds)},
@@ -327,7 +356,7 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
         if trained:
             paste_hash(redis_url, predictor_key("default", prefix), trained)
         conf = gateway_config(redis_url, prefix, policy, list(direct), cfg.sim.model,
-                              limit, free_port(), extra)
+                              limit, free_port(), {**cfg.gateway_settings, **extra})
         if "adaptive" in backend:
             for b in conf["backends"]:
                 b["adaptive"] = backend["adaptive"]

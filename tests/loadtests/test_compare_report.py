@@ -62,3 +62,14 @@ def test_trace_scale_fits_the_wanted_count_in_the_window() -> None:
     scale = trace_scale(rows, rate=2.0, duration_s=10.0)
     assert scale == pytest.approx(0.5)
     assert sum(1 for r in rows if r.t_s * scale <= 10.0) == 21  # rate x duration, and the one at the edge
+
+
+def test_gateway_settings_from_the_command_line() -> None:
+    from loadtests.cli import UsageError
+    from loadtests.compare import gateway_settings
+
+    got = gateway_settings(["long_share_max=0.75", "reserve_slots=true", "tiers=[a, b]"])
+    assert got == {"long_share_max": 0.75, "reserve_slots": True, "tiers": ["a", "b"]}
+    for bad in ("long_share_max", "=1", "policy=fifo", "x=[1"):
+        with pytest.raises(UsageError):
+            gateway_settings([bad])

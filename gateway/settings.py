@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     # slot reservation: long and batch work may hold only a share of each backend
     reserve_slots: bool = False
     long_share_min: float = Field(default=0.5, gt=0, le=1)
-    long_share_max: float = Field(default=0.9, gt=0, le=1)
+    long_share_max: float = Field(default=0.75, gt=0, le=1)
     long_target_utilization: float = Field(default=0.9, gt=0, le=1)  # the cap covers long load / this
     reserve_headroom_slots: float = Field(default=1.0, ge=0)
     borrow_share: float = Field(default=0.5, ge=0, le=1)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 class ReservationParams:
     enabled: bool = False
     min_long_share: float = 0.5  # restricted work always may use at least this share
-    max_long_share: float = 0.9
+    max_long_share: float = 0.75  # at least a quarter of each backend stays for short work
     headroom_slots: float = 1.0  # slots kept beyond the open class's measured demand
     borrow_share: float = 0.5  # of the limit, borrowable while open work is quiet
     quiet_after_s: float = 10.0

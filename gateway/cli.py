@@ -9,8 +9,12 @@ configuration error prints one line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 import redis
@@ -74,11 +78,39 @@ def serve(args: argparse.Namespace) -> int:
                 f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
             )
         print(_banner(settings, embedded), flush=True)
-        uvicorn.run(
+        config = uvicorn.Config(
             create_app(settings), host=settings.host, port=settings.port, log_level="info",
             access_log=settings.access_log, timeout_graceful_shutdown=10,
         )
+        _quiet_stop_server()(config).run()
     return 0
+
+
+def _quiet_stop_server() -> type:
+    import uvicorn
+
+    class QuietStopServer(uvicorn.Server):
+        """Stops gracefully on SIGINT / SIGTERM and then simply returns.
+
+        uvicorn re-raises the signal after its graceful shutdown; under uvloop that
+        KeyboardInterrupt lands in the finished lifespan task and prints a traceback on
+        every Ctrl-C (uvicorn issue #1579). The shutdown is already done, so it is dropped;
+        the embedded servers are stopped afterwards by ``serve``.
+        """
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return QuietStopServer
 
 
 def sim(args: argparse.Namespace) -> int:

@@ -99,4 +99,7 @@ def uvicorn_config(settings: SimSettings) -> uvicorn.Config:
 def run(settings: SimSettings) -> None:
     """Serve until interrupted (blocking)."""
     quiet_injected_drops()
-    uvicorn.Server(uvicorn_config(settings)).run()
+    try:
+        uvicorn.Server(uvicorn_config(settings)).run()
+    except KeyboardInterrupt:
+        pass  # SIGINT is how it is asked to stop (Ctrl-C, or a parent stopping its child)

@@ -92,7 +92,9 @@ class Page:
 @asynccontextmanager
 async def open_page(binary: str, url: str) -> AsyncIterator[Page]:
     """Chromium on ``url``; the page reports console errors from its first script on."""
-    with tempfile.TemporaryDirectory(prefix="triage-chromium-") as profile:
+    # Chromium's helper processes can still be writing the profile when the main one has
+    # exited; a file they add mid-cleanup must not fail the test.
+    with tempfile.TemporaryDirectory(prefix="triage-chromium-", ignore_cleanup_errors=True) as profile:
         proc = await asyncio.create_subprocess_exec(
             binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank",
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

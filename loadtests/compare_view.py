@@ -13,6 +13,8 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from .plots import save_figure  # noqa: E402
+
 COLUMNS = (
     # header, class ("overall" for the whole run), key, scale, format
     ("short TTFT p50 ms", "short", "ttft_p50_s", 1000, "{:.0f}"),
@@ -132,11 +134,7 @@ def write_plot(path: Path, report: dict[str, Any], short: str, long: str) -> Non
             ax.set_yscale("log")
         ax.grid(True, axis="y", alpha=0.3)
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"{report['config']['workload']}: direct vs gateway policies, same seeded load")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path, f"{report['config']['workload']}: direct vs gateway policies, same seeded load")
 
 
 def write_cdf_plot(path: Path, records: dict[tuple[str, float], list[Any]], cls: str) -> None:
@@ -160,8 +158,4 @@ def write_cdf_plot(path: Path, records: dict[tuple[str, float], list[Any]], cls:
     axes[0][0].set_ylabel("fraction of requests")
     axes[1][0].set_ylabel("fraction of requests")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{cls} requests: latency CDF per mode")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path, f"{cls} requests: latency CDF per mode")

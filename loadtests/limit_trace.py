@@ -55,6 +55,8 @@ def write_limit_plot(path: Path, trajectories: dict[str, list[dict[str, Any]]], 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .plots import save_figure
+
     runs = [(label, s) for label, s in trajectories.items() if s]
     if not runs:
         return
@@ -72,7 +74,4 @@ def write_limit_plot(path: Path, trajectories: dict[str, list[dict[str, Any]]], 
         ax.set_title(f"{label} ({first})", fontsize=9)
         ax.set_xlabel("seconds")
         ax.legend(fontsize=8, loc="upper right")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, title, dpi=90)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -17,6 +18,16 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from .client import RequestRecord  # noqa: E402
 from .timeseries import TimeSeries  # noqa: E402
+
+
+def save_figure(fig: Any, path: Path, title: str, dpi: float | None = None) -> Path:
+    """Title the figure, lay it out, write it (making its folder) and free it."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:
@@ -39,12 +50,7 @@ def latency_cdf(records: Sequence[RequestRecord], path: Path, title: str = "") -
         ax.set_ylabel("fraction of requests")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title or "latency CDF per class")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title or "latency CDF per class")
 
 
 def timeline(series: TimeSeries, path: Path, title: str = "") -> Path:
@@ -59,9 +65,4 @@ def timeline(series: TimeSeries, path: Path, title: str = "") -> Path:
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     ax.legend(handles, [str(h.get_label()) for h in handles], fontsize=8, loc="upper left")
     ax.grid(True, alpha=0.3)
-    fig.suptitle(title or "throughput and in-flight requests over time")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title or "throughput and in-flight requests over time")

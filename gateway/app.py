@@ -24,6 +24,8 @@ from scheduler.learning import PredictorSync
 from scheduler.limits import LimitParams
 from scheduler.policy import PolicyParams
 from scheduler.predictor import LengthPredictor, PredictorConfig
+from scheduler.predictor_embed import EmbeddingUnavailable
+from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
 from scheduler.reservation import ReservationParams
 from scheduler.scripts import Scripts, Timing
 from scheduler.types import ClassThresholds
@@ -33,7 +35,7 @@ from .auth import Authenticator
 from .errors import GatewayError
 from .proxy import Proxy
 from .routes import router
-from .settings import Settings
+from .settings import ConfigError, Settings
 from .state import Gateway
 from .telemetry import OtelConfig, Telemetry
 from .upstream import Upstream, make_client
@@ -75,12 +77,29 @@ def policy_params(settings: Settings) -> PolicyParams:
 
 
 def make_predictor(settings: Settings) -> Predictor:
+    """The configured predictor; ``ConfigError`` if the fine-tuned one cannot be loaded."""
     if settings.predictor == "prior":
         return PriorPredictor(settings.prior_tokens)
     config = PredictorConfig(
         name=settings.predictor_name, prefix=settings.key_prefix, prior_tokens=settings.prior_tokens
     )
+    if settings.predictor == "finetuned" and settings.predictor_weights is not None:
+        finetuned = FinetunedLengthPredictor(FinetuneConfig(lexical=config))
+        try:
+            finetuned.load(settings.predictor_weights)
+        except EmbeddingUnavailable as exc:
+            raise ConfigError(f"predictor 'finetuned': {exc}") from None
+        except Exception as exc:  # a file that is not a saved encoder: say which and why
+            raise ConfigError(f"predictor_weights {settings.predictor_weights}: cannot load ({exc})") from None
+        return finetuned
     return LengthPredictor(config)
+
+
+def shared_model(predictor: Predictor) -> LengthPredictor | None:
+    """The part of a predictor that replicas share through Redis (none for the prior)."""
+    if isinstance(predictor, LengthPredictor):
+        return predictor
+    return predictor.lexical if isinstance(predictor, FinetunedLengthPredictor) else None
 
 
 def create_app(
@@ -92,6 +111,7 @@ def create_app(
         raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
     redis_url: str = settings.redis_url
     otel = otel if otel is not None else OtelConfig.from_env(os.environ)
+    predictor = make_predictor(settings)  # here, not at startup: a bad weights file is a config error
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -119,10 +139,8 @@ def create_app(
         registry = BackendRegistry(
             configs, client, dispatcher, settings.probe_interval_s, reservation_params(settings)
         )
-        predictor = make_predictor(settings)
-        sync = None
-        if isinstance(predictor, LengthPredictor):  # shared through Redis; the prior has nothing to share
-            sync = PredictorSync(predictor, redis, settings.predictor_sync_s)
+        shared = shared_model(predictor)
+        sync = PredictorSync(shared, redis, settings.predictor_sync_s) if shared is not None else None
         classifier = Classifier(
             predictor, settings.policy, policy_params(settings),
             ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),

@@ -197,7 +197,10 @@ class Proxy:
             model=req.model, tenant=ctx.principal.tenant, prompt=req.prompt, system=req.system,
             prompt_chars=req.prompt_chars, n_messages=req.n_messages, max_tokens=req.max_tokens, hint=ctx.hint,
         )
-        placement = self.classifier.place(inp, ctx.tier, ctx.oracle_tokens)
+        if self.classifier.blocking:  # a neural predictor: keep the event loop free
+            placement = await asyncio.to_thread(self.classifier.place, inp, ctx.tier, ctx.oracle_tokens)
+        else:
+            placement = self.classifier.place(inp, ctx.tier, ctx.oracle_tokens)
         restricted = placement.cls is LengthClass.LONG or ctx.tier != self._open_tier
         spec = TicketSpec(
             id=ctx.request_id, model=req.model, tenant=ctx.principal.tenant, cls=placement.cls.value,

@@ -102,7 +102,10 @@ class Settings(BaseSettings):
     quiet_after_s: float = Field(default=10.0, ge=0)
 
     # output-length prediction
-    predictor: Literal["learned", "prior"] = "learned"  # prior: hints and caps only
+    # learned: the online lexical model; prior: hints and caps only; finetuned: the learned
+    # model blended with a fine-tuned encoder loaded from predictor_weights (embed extra)
+    predictor: Literal["learned", "prior", "finetuned"] = "learned"
+    predictor_weights: Path | None = None  # `triage predictor eval --predictor finetune --finetune-save`
     predictor_name: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     predictor_sync_s: float = Field(default=5.0, gt=0)  # share what was learned this often
     prior_tokens: float = Field(default=250.0, gt=0)  # cold-start guess
@@ -136,6 +139,11 @@ class Settings(BaseSettings):
         for tenant, weight in self.tenant_weights.items():
             if weight <= 0:
                 raise ValueError(f"tenant_weights.{tenant} must be above 0")
+        if self.predictor == "finetuned":
+            if self.predictor_weights is None:
+                raise ValueError("predictor 'finetuned' needs predictor_weights (a file saved by --finetune-save)")
+            if not self.predictor_weights.is_file():
+                raise ValueError(f"predictor_weights: no such file: {self.predictor_weights}")
         if self.long_share_min > self.long_share_max:
             raise ValueError("long_share_min must not exceed long_share_max")
         if self.short_max_tokens > self.medium_max_tokens:

@@ -49,6 +49,9 @@ class Classifier:
         self, predictor: Predictor, policy: PolicyName, params: PolicyParams, thresholds: ClassThresholds
     ) -> None:
         self.predictor = predictor
+        # A predictor that runs a neural network (milliseconds of CPU) says so with
+        # ``blocking = True``; the proxy then calls place() in a worker thread.
+        self.blocking = bool(getattr(predictor, "blocking", False))
         self.policy = policy
         self._params = params
         self._thresholds = thresholds

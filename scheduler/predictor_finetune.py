@@ -110,6 +110,8 @@ Example = tuple[str, str, int]
 class FinetunedLengthPredictor:
     """Predicts output tokens from lexical features plus a fine-tuned MiniLM."""
 
+    blocking = True  # predict() runs the encoder: callers on an event loop use a thread
+
     def __init__(self, config: FinetuneConfig | None = None, model_path: str | None = None) -> None:
         """``model_path``: a sentence-transformers MiniLM folder; by default the packaged one."""
         self.config = config or FinetuneConfig()

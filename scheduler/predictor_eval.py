@@ -91,19 +91,27 @@ def score(predicted: Sequence[float], actual: Sequence[int], thresholds: ClassTh
 
 
 def load_rows(path: Path) -> list[dict]:
+    """Rows with a prompt and a length: ``response_tokens_cl100k`` (the data sets) or
+    ``output_tokens`` (a traffic log), kept as ``response_tokens_cl100k``."""
     rows = []
     with path.open("rb") as f:
         for line in f:
             if line.strip():
                 row = orjson.loads(line)
+                if row.get("response_tokens_cl100k") is None and row.get("output_tokens") is not None:
+                    row["response_tokens_cl100k"] = row["output_tokens"]
                 if row.get("response_tokens_cl100k") is not None:
                     rows.append(row)
     return rows
 
 
 def to_input(row: dict, tenant_mode: str) -> PredictInput:
+    """``--tenant source``: the row's ``tenant`` if it has one, else its dataset family."""
     prompt = row["prompt"]
-    tenant = str(row.get("source", "")).split("/")[0] if tenant_mode == "source" else "eval"
+    if tenant_mode != "source":
+        tenant = "eval"
+    else:
+        tenant = str(row.get("tenant") or str(row.get("source", "")).split("/")[0])
     return PredictInput(model="default", tenant=tenant, prompt=prompt, prompt_chars=len(prompt))
 
 
@@ -307,6 +315,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {actual:<7}" + "".join(f"{count:>7}" for count in predicted.values()))
     if args.json:
         print(orjson.dumps(result).decode())
+    return 0
+
+
+def finetune_main(argv: list[str] | None = None) -> int:
+    """``triage predictor finetune``: fine-tune the encoder on files and save it for the
+    gateway's ``predictor: finetuned`` (``predictor_weights``)."""
+    parser = argparse.ArgumentParser(
+        prog="triage predictor finetune", description="fine-tune the length encoder and save its weights"
+    )
+    parser.add_argument("--train", nargs="+", type=Path, required=True, help="JSONL files to learn from")
+    parser.add_argument("--save", type=Path, required=True, help="where the weights go (predictor_weights)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tenant", choices=("source", "one"), default="source")
+    parser.add_argument("--finetune-cap", nargs="*", default=["gsm8k=1000"], metavar="TENANT=N")
+    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    rows = [row for path in args.train for row in load_rows(path)]
+    if not rows:
+        print("no training rows (each needs prompt and response_tokens_cl100k or output_tokens)", file=sys.stderr)
+        return 2
+    args.finetune_load, args.finetune_save = None, args.save
+    try:
+        _finetune_predictor(rows, args.tenant, args)
+    except EmbeddingUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"saved to {args.save}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.cli import main as cli_main
 from scheduler.keys import predictor_key
 from scheduler.predictor import LengthPredictor, PredictorConfig
 from scheduler.predictor_eval import main
@@ -255,7 +257,8 @@ def test_eval_main_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     train_file, data_file = tmp_path / "train.jsonl", tmp_path / "data.jsonl"
     train_file.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
     data_file.write_bytes(b"\n".join(orjson.dumps(r) for r in rows[::3]))
-    assert main(["--train", str(train_file), "--data", str(data_file), "--json"]) == 0
+    # through the command line, as users run it
+    assert cli_main(["predictor", "eval", "--train", str(train_file), "--data", str(data_file), "--json"]) == 0
     result = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("kendall_tau", "spearman", "mae_log", "class_accuracy", "p50_ms", "p99_ms"):
         assert isinstance(result[key], float)
@@ -271,3 +274,29 @@ def test_eval_main_runs_on_a_slice_of_real_data(capsys: pytest.CaptureFixture[st
     result = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert -1.0 <= result["kendall_tau"] <= 1.0
     assert result["n"] == 60
+
+
+def test_finetune_command_explains_what_it_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"prompt": "no length here"}\n')
+    assert cli_main(["predictor", "finetune", "--train", str(empty), "--save", str(tmp_path / "w.pt")]) == 2
+    assert "no training rows" in capsys.readouterr().err
+    log = tmp_path / "log.jsonl"  # a traffic log: output_tokens and tenant
+    log.write_text('{"prompt": "hi", "output_tokens": 5, "tenant": "acme"}\n')
+    monkeypatch.setitem(sys.modules, "torch", None)  # as without the embed extra
+    assert cli_main(["predictor", "finetune", "--train", str(log), "--save", str(tmp_path / "w.pt")]) == 2
+    assert "embed' extra" in capsys.readouterr().err
+    assert not (tmp_path / "w.pt").exists()
+
+
+def test_traffic_log_rows_keep_their_tenant(tmp_path: Path) -> None:
+    from scheduler.predictor_eval import load_rows, to_input
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"prompt": "hi", "output_tokens": 5, "tenant": "acme"}\n{"prompt": "no length"}\n')
+    rows = load_rows(log)
+    assert [r["response_tokens_cl100k"] for r in rows] == [5]
+    assert to_input(rows[0], "source").tenant == "acme"
+    assert to_input(rows[0], "one").tenant == "eval"

@@ -105,6 +105,18 @@ def load_rows(path: Path) -> list[dict]:
     return rows
 
 
+def train_label(row: dict, mode: str) -> int:
+    """The length a training row teaches. ``mean``: a row that carries the lengths of
+    several generators (AlpacaEval's ``response_tokens_cl100k_by_model``) teaches their
+    geometric mean - what the prompt asks for, with less of one sample's noise;
+    ``primary``: the row's own ``response_tokens_cl100k``. Scored rows always keep theirs."""
+    by_model = row.get("response_tokens_cl100k_by_model") or {}
+    lengths = [int(v) for v in by_model.values() if v]
+    if mode != "mean" or len(lengths) < 2:
+        return int(row["response_tokens_cl100k"])
+    return max(1, round(math.exp(sum(math.log(max(1, v)) for v in lengths) / len(lengths))))
+
+
 def to_input(row: dict, tenant_mode: str) -> PredictInput:
     """``--tenant source``: the row's ``tenant`` if it has one, else its dataset family."""
     prompt = row["prompt"]
@@ -223,6 +235,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tenant", choices=("source", "one"), default="source")
+    parser.add_argument(
+        "--train-label",
+        choices=("mean", "primary"),
+        default="mean",
+        help="rows with several generators' lengths teach their geometric mean (default) or their own",
+    )
     parser.add_argument("--limit", type=int, default=0, help="use only the first N rows of each file")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--save-warm-start", type=Path, help="write the trained state as a JSON warm start")
@@ -261,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.train:
         loaded = load_rows(path)
         train_rows.extend(loaded[: args.limit] if args.limit else loaded)
+    for row in train_rows:  # the scored rows are loaded apart and keep their own lengths
+        row["response_tokens_cl100k"] = train_label(row, args.train_label)
     rows = load_rows(args.data)
     rows = rows[: args.limit] if args.limit else rows
     if not train_rows or len(rows) < 2:
@@ -288,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     if embed is not None:
         embed.clear_cache()  # evaluation rows are encoded inside predict(), and timed
     result = evaluate(predictor, rows, args.tenant)
-    result.update(train_rows=len(train_rows), epochs=args.epochs, tenant=args.tenant, train_s=trained_s)
+    result.update(
+        train_rows=len(train_rows), epochs=args.epochs, tenant=args.tenant, train_s=trained_s,
+        train_label=args.train_label,
+    )
     if finetune is not None:
         result["finetune_s"] = finetune_s
         # The fine-tuned encoder on its own (no lexical blend), batched and not timed.
@@ -332,6 +355,8 @@ def finetune_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finetune-set", nargs="*", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     rows = [row for path in args.train for row in load_rows(path)]
+    for row in rows:
+        row["response_tokens_cl100k"] = train_label(row, "mean")
     if not rows:
         print("no training rows (each needs prompt and response_tokens_cl100k or output_tokens)", file=sys.stderr)
         return 2

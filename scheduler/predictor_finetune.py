@@ -69,7 +69,7 @@ class FinetuneConfig:
     weight: float = 0.7
     max_pieces: int = 256  # word pieces read per prompt, [CLS] and [SEP] included
     tail_pieces: int = 64  # of which from the end of the prompt (the ask is often last)
-    epochs: int = 2
+    epochs: int = 3
     # Networks fine-tuned from different seeds (seed, seed + 1, ...); their log estimates
     # are averaged. Each one costs a full fine-tuning and one forward pass per predict().
     members: int = 1

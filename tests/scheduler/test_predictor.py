@@ -300,3 +300,12 @@ def test_traffic_log_rows_keep_their_tenant(tmp_path: Path) -> None:
     assert [r["response_tokens_cl100k"] for r in rows] == [5]
     assert to_input(rows[0], "source").tenant == "acme"
     assert to_input(rows[0], "one").tenant == "eval"
+
+
+def test_rows_with_several_generators_teach_their_geometric_mean() -> None:
+    from scheduler.predictor_eval import train_label
+
+    row = {"response_tokens_cl100k": 900, "response_tokens_cl100k_by_model": {"a": 100, "b": 400, "c": None}}
+    assert train_label(row, "mean") == 200  # sqrt(100 * 400); a missing length is skipped
+    assert train_label(row, "primary") == 900
+    assert train_label({"response_tokens_cl100k": 7}, "mean") == 7

@@ -309,3 +309,13 @@ def test_rows_with_several_generators_teach_their_geometric_mean() -> None:
     assert train_label(row, "mean") == 200  # sqrt(100 * 400); a missing length is skipped
     assert train_label(row, "primary") == 900
     assert train_label({"response_tokens_cl100k": 7}, "mean") == 7
+
+
+def test_cv_split_is_fixed_and_disjoint() -> None:
+    from scheduler.predictor_cv import split
+
+    rows = [{"id": i} for i in range(50)]
+    fit, held = split(rows)
+    assert len(held) == 10 and len(fit) == 40
+    assert sorted(r["id"] for r in fit + held) == list(range(50))
+    assert split(rows) == (fit, held)  # the same rows every run, whatever the fine-tuning seed

@@ -1,0 +1,93 @@
+"""Hold-out cross-validation of the fine-tuned predictor inside ShareGPT part01.
+
+    python -m scheduler.predictor_cv --data-dir DIR [--seed 0] [--train-label mean]
+        [--finetune-set epochs=3 precision=bf16 ...] [--out FILE]
+
+How the fine-tuned predictor's settings were chosen (``docs/benchmarks/predictor.md``)
+without looking at ShareGPT part03: part01 is shuffled with seed 0 and its first 20%
+is held out; the model trains on the other 80% plus AlpacaEval, GSM8K (capped for the
+encoder, as in the eval command) and HumanEval, and is scored on the held-out rows
+after every epoch, alone and blended with the lexical model at several weights. Each
+epoch's held-out log estimates go to ``--out`` (JSON lines), so runs can be averaged
+afterwards (a seed ensemble) without training again. Needs the ``embed`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from scheduler.predictor import LengthPredictor, PredictorConfig
+from scheduler.predictor_embed import EmbeddingUnavailable
+from scheduler.predictor_eval import _with_settings, load_rows, to_input, train, train_label
+from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor
+from scheduler.ranking import kendall_tau_b
+
+_OTHERS = ("alpaca_eval_multi_model_lengths.jsonl", "gsm8k.part01.jsonl", "gsm8k.part02.jsonl", "humaneval.jsonl")
+_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 1.0)  # share of the fine-tuned model in the blend
+
+
+def split(rows: list[dict], held_share: float = 0.2, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows) of one shuffled split."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    cut = int(len(rows) * held_share)
+    return [rows[i] for i in order[cut:]], [rows[i] for i in order[:cut]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scheduler.predictor_cv", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True, help="the folder of the shared data files")
+    parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed (the split is always seed 0)")
+    parser.add_argument("--train-label", choices=("mean", "primary"), default="mean")
+    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", type=Path, help="JSON lines: each epoch's held-out log estimates")
+    args = parser.parse_args(argv)
+
+    fit_rows, held = split(load_rows(args.data_dir / "sharegpt_v3_first_turn.part01.jsonl"))
+    for name in _OTHERS:
+        fit_rows += load_rows(args.data_dir / name)
+    for row in fit_rows:
+        row["response_tokens_cl100k"] = train_label(row, args.train_label)
+    actual = [int(r["response_tokens_cl100k"]) for r in held]
+
+    lexical = LengthPredictor(PredictorConfig(name="cv"))
+    train(lexical, fit_rows, 3, 0, "source")
+    lexical_logs = [math.log(lexical.predict(to_input(r, "source")).tokens) for r in held]
+    print(f"held-out rows {len(held)}; lexical alone tau-b {kendall_tau_b(lexical_logs, actual):.4f}", flush=True)
+
+    config = FinetuneConfig(lexical=PredictorConfig(name="cv"), tenant_caps=(("gsm8k", 1000),), seed=args.seed)
+    config = _with_settings(config, args.finetune_set)
+    started = time.perf_counter()
+
+    def after_epoch(epoch: int, predictor: FinetunedLengthPredictor) -> None:
+        logs = predictor.predict_logs([to_input(r, "source") for r in held])
+        taus = {
+            w: kendall_tau_b([w * z + (1 - w) * x for z, x in zip(logs, lexical_logs, strict=True)], actual)
+            for w in _WEIGHTS
+        }
+        shown = " ".join(f"{w}:{t:.4f}" for w, t in taus.items())
+        print(f"epoch {epoch} ({time.perf_counter() - started:.0f} s) tau-b by weight {shown}", flush=True)
+        if args.out is not None:
+            with args.out.open("ab") as f:
+                f.write(orjson.dumps({"seed": args.seed, "epoch": epoch, "logs": logs, "lexical": lexical_logs}))
+                f.write(b"\n")
+
+    try:
+        FinetunedLengthPredictor(config).fit(
+            [(to_input(r, "source"), int(r["response_tokens_cl100k"])) for r in fit_rows], after_epoch
+        )
+    except EmbeddingUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

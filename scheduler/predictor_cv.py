@@ -25,8 +25,16 @@ import orjson
 
 from scheduler.predictor import LengthPredictor, PredictorConfig
 from scheduler.predictor_embed import EmbeddingUnavailable
-from scheduler.predictor_eval import _with_settings, load_rows, to_input, train, train_label
-from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor
+from scheduler.predictor_eval import (
+    add_finetune_arguments,
+    examples,
+    finetune_config,
+    load_rows,
+    relabel,
+    to_input,
+    train,
+)
+from scheduler.predictor_finetune import FinetunedLengthPredictor
 from scheduler.ranking import kendall_tau_b
 
 _OTHERS = ("alpaca_eval_multi_model_lengths.jsonl", "gsm8k.part01.jsonl", "gsm8k.part02.jsonl", "humaneval.jsonl")
@@ -46,15 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, required=True, help="the folder of the shared data files")
     parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed (the split is always seed 0)")
     parser.add_argument("--train-label", choices=("mean", "primary"), default="mean")
-    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="KEY=VALUE")
+    add_finetune_arguments(parser)
     parser.add_argument("--out", type=Path, help="JSON lines: each epoch's held-out log estimates")
     args = parser.parse_args(argv)
 
     fit_rows, held = split(load_rows(args.data_dir / "sharegpt_v3_first_turn.part01.jsonl"))
     for name in _OTHERS:
         fit_rows += load_rows(args.data_dir / name)
-    for row in fit_rows:
-        row["response_tokens_cl100k"] = train_label(row, args.train_label)
+    relabel(fit_rows, args.train_label)
     actual = [int(r["response_tokens_cl100k"]) for r in held]
 
     lexical = LengthPredictor(PredictorConfig(name="cv"))
@@ -62,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     lexical_logs = [math.log(lexical.predict(to_input(r, "source")).tokens) for r in held]
     print(f"held-out rows {len(held)}; lexical alone tau-b {kendall_tau_b(lexical_logs, actual):.4f}", flush=True)
 
-    config = FinetuneConfig(lexical=PredictorConfig(name="cv"), tenant_caps=(("gsm8k", 1000),), seed=args.seed)
-    config = _with_settings(config, args.finetune_set)
+    config = finetune_config(args.finetune_cap, args.finetune_set, args.seed)
     started = time.perf_counter()
 
     def after_epoch(epoch: int, predictor: FinetunedLengthPredictor) -> None:
@@ -80,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(b"\n")
 
     try:
-        FinetunedLengthPredictor(config).fit(
-            [(to_input(r, "source"), int(r["response_tokens_cl100k"])) for r in fit_rows], after_epoch
-        )
+        FinetunedLengthPredictor(config).fit(examples(fit_rows, "source"), after_epoch)
     except EmbeddingUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -130,9 +130,20 @@ def to_input(row: dict, tenant_mode: str) -> PredictInput:
 # Runs.
 
 
+def examples(rows: list[dict], tenant_mode: str) -> list[tuple[PredictInput, int]]:
+    """(input, output tokens) for each row."""
+    return [(to_input(r, tenant_mode), int(r["response_tokens_cl100k"])) for r in rows]
+
+
+def relabel(rows: list[dict], mode: str) -> None:
+    """Set each training row's length to the one it teaches (:func:`train_label`)."""
+    for row in rows:
+        row["response_tokens_cl100k"] = train_label(row, mode)
+
+
 def train(predictor: Predictor, rows: list[dict], epochs: int, seed: int, tenant_mode: str) -> None:
     """Replay observe() over the rows, shuffled each epoch: mixed traffic, not file order."""
-    inputs = [(to_input(r, tenant_mode), int(r["response_tokens_cl100k"])) for r in rows]
+    inputs = examples(rows, tenant_mode)
     rng = random.Random(seed)
     for _ in range(epochs):
         rng.shuffle(inputs)
@@ -186,16 +197,13 @@ def _finetune_predictor(
     train_rows: list[dict], tenant_mode: str, args: argparse.Namespace
 ) -> tuple[FinetunedLengthPredictor, float]:
     """The fine-tuned predictor's encoder, fitted (or loaded); returns it and the seconds spent."""
-    caps = tuple((tenant, int(n)) for tenant, _, n in (c.partition("=") for c in args.finetune_cap))
-    config = FinetuneConfig(lexical=PredictorConfig(name="eval"), tenant_caps=caps, seed=args.seed)
-    config = _with_settings(config, args.finetune_set)
-    predictor = FinetunedLengthPredictor(config)
+    predictor = FinetunedLengthPredictor(finetune_config(args.finetune_cap, args.finetune_set, args.seed))
     started = time.perf_counter()
     if args.finetune_load is not None:
         predictor.load(args.finetune_load)
         print(f"loaded the fine-tuned encoder from {args.finetune_load}", file=sys.stderr)
         return predictor, 0.0
-    report = predictor.fit([(to_input(r, tenant_mode), int(r["response_tokens_cl100k"])) for r in train_rows])
+    report = predictor.fit(examples(train_rows, tenant_mode))
     print(
         f"fine-tuned on {report.rows} rows x {report.epochs} epochs in {report.seconds:.0f} s",
         file=sys.stderr,
@@ -207,12 +215,16 @@ def _finetune_predictor(
 
 # FinetuneConfig fields --finetune-set may change (the others have flags of their own).
 _SETTABLE = tuple(f.name for f in dataclasses.fields(FinetuneConfig) if f.name not in ("lexical", "tenant_caps", "seed"))
+_DEFAULT_CAPS = ("gsm8k=1000",)  # GSM8K is off-domain and large: 1,000 rows for the encoder
 
 
-def _with_settings(config: FinetuneConfig, pairs: Sequence[str]) -> FinetuneConfig:
-    """``KEY=VALUE`` pairs applied to the config, each converted to its field's type."""
+def finetune_config(caps: Sequence[str], settings: Sequence[str], seed: int) -> FinetuneConfig:
+    """The fine-tuned predictor's config from ``TENANT=N`` caps and ``KEY=VALUE`` settings,
+    each value converted to its field's type; a bad pair exits with a one-line message."""
+    tenant_caps = tuple((tenant, int(n)) for tenant, _, n in (c.partition("=") for c in caps))
+    config = FinetuneConfig(lexical=PredictorConfig(name="eval"), tenant_caps=tenant_caps, seed=seed)
     changes: dict[str, object] = {}
-    for pair in pairs:
+    for pair in settings:
         key, sep, value = pair.partition("=")
         if not sep or key not in _SETTABLE:
             raise SystemExit(f"--finetune-set: expected KEY=VALUE with KEY one of {', '.join(_SETTABLE)}")
@@ -225,6 +237,24 @@ def _with_settings(config: FinetuneConfig, pairs: Sequence[str]) -> FinetuneConf
         return dataclasses.replace(config, **changes)
     except ValueError as exc:
         raise SystemExit(f"--finetune-set: {exc}") from None
+
+
+def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fine-tuning flags every predictor command shares."""
+    parser.add_argument(
+        "--finetune-cap",
+        nargs="*",
+        default=list(_DEFAULT_CAPS),
+        metavar="TENANT=N",
+        help="rows of a tenant the encoder is fine-tuned on (default gsm8k=1000)",
+    )
+    parser.add_argument(
+        "--finetune-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other FinetuneConfig setting, e.g. members=3 epochs=3 precision=bf16",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -246,20 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--save-warm-start", type=Path, help="write the trained state as a JSON warm start")
     parser.add_argument("--predictor", choices=("lexical", "embed", "finetune"), default="lexical")
     parser.add_argument("--embed-cache", type=Path, help="embeddings of training prompts, read and updated")
-    parser.add_argument(
-        "--finetune-cap",
-        nargs="*",
-        default=["gsm8k=1000"],
-        metavar="TENANT=N",
-        help="rows of a tenant the encoder is fine-tuned on (default gsm8k=1000)",
-    )
-    parser.add_argument(
-        "--finetune-set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other FinetuneConfig setting, e.g. members=3 epochs=3 precision=bf16",
-    )
+    add_finetune_arguments(parser)
     parser.add_argument("--finetune-save", type=Path, help="write the fine-tuned encoder here")
     parser.add_argument("--finetune-load", type=Path, help="load a fine-tuned encoder instead of fitting")
     return parser
@@ -279,8 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.train:
         loaded = load_rows(path)
         train_rows.extend(loaded[: args.limit] if args.limit else loaded)
-    for row in train_rows:  # the scored rows are loaded apart and keep their own lengths
-        row["response_tokens_cl100k"] = train_label(row, args.train_label)
+    relabel(train_rows, args.train_label)  # the scored rows are loaded apart and keep their own lengths
     rows = load_rows(args.data)
     rows = rows[: args.limit] if args.limit else rows
     if not train_rows or len(rows) < 2:
@@ -351,21 +367,21 @@ def finetune_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, required=True, help="where the weights go (predictor_weights)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tenant", choices=("source", "one"), default="source")
-    parser.add_argument("--finetune-cap", nargs="*", default=["gsm8k=1000"], metavar="TENANT=N")
-    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="KEY=VALUE")
+    add_finetune_arguments(parser)
     args = parser.parse_args(argv)
     rows = [row for path in args.train for row in load_rows(path)]
-    for row in rows:
-        row["response_tokens_cl100k"] = train_label(row, "mean")
     if not rows:
         print("no training rows (each needs prompt and response_tokens_cl100k or output_tokens)", file=sys.stderr)
         return 2
-    args.finetune_load, args.finetune_save = None, args.save
+    relabel(rows, "mean")
+    predictor = FinetunedLengthPredictor(finetune_config(args.finetune_cap, args.finetune_set, args.seed))
     try:
-        _finetune_predictor(rows, args.tenant, args)
+        report = predictor.fit(examples(rows, args.tenant))
     except EmbeddingUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2
+    predictor.save(args.save)
+    print(f"fine-tuned on {report.rows} rows x {report.epochs} epochs in {report.seconds:.0f} s")
     print(f"saved to {args.save}")
     return 0
 

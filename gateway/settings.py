@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from scheduler.policy import PolicyName
 
@@ -105,7 +105,9 @@ class Settings(BaseSettings):
     # learned: the online lexical model; prior: hints and caps only; finetuned: the learned
     # model blended with a fine-tuned encoder loaded from predictor_weights (embed extra)
     predictor: Literal["learned", "prior", "finetuned"] = "learned"
-    predictor_weights: Path | None = None  # `triage predictor eval --predictor finetune --finetune-save`
+    # `triage predictor finetune --save`; several files (a YAML list, or comma-separated
+    # in TRIAGE_PREDICTOR_WEIGHTS) make one ensemble
+    predictor_weights: Annotated[list[Path] | None, NoDecode] = None
     predictor_name: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     predictor_sync_s: float = Field(default=5.0, gt=0)  # share what was learned this often
     prior_tokens: float = Field(default=250.0, gt=0)  # cold-start guess
@@ -128,6 +130,13 @@ class Settings(BaseSettings):
     simulator_profile: str = "llama-8b-h100"
     simulator_model: str = "sim-model"
 
+    @field_validator("predictor_weights", mode="before")
+    @classmethod
+    def _weights_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return [value] if isinstance(value, Path) else value
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         names = [b.name for b in self.backends]
@@ -142,8 +151,11 @@ class Settings(BaseSettings):
         if self.predictor == "finetuned":
             if self.predictor_weights is None:
                 raise ValueError("predictor 'finetuned' needs predictor_weights (a file saved by --finetune-save)")
-            if not self.predictor_weights.is_file():
-                raise ValueError(f"predictor_weights: no such file: {self.predictor_weights}")
+            if not self.predictor_weights:
+                raise ValueError("predictor_weights: the list is empty")
+            for path in self.predictor_weights:
+                if not path.is_file():
+                    raise ValueError(f"predictor_weights: no such file: {path}")
         if self.long_share_min > self.long_share_max:
             raise ValueError("long_share_min must not exceed long_share_max")
         if self.short_max_tokens > self.medium_max_tokens:

@@ -3,7 +3,7 @@
     python -m scheduler.predictor_eval --train A.jsonl B.jsonl --data C.jsonl [--json]
         [--predictor lexical|embed|finetune] [--embed-cache FILE]
         [--finetune-cap TENANT=N ...] [--finetune-set KEY=VALUE ...]
-        [--finetune-save FILE | --finetune-load FILE]
+        [--finetune-save FILE | --finetune-load FILE [FILE ...]]
 
 Input rows are the prompt -> length JSONL of ``shared/data`` (fields ``prompt`` and
 ``response_tokens_cl100k``; ``source`` names the dataset). Training replays
@@ -25,7 +25,9 @@ baseline row is batch ridge regression on TF-IDF word 1-2 grams
 once on the training rows (each row once per fine-tuning epoch; ``--finetune-cap``
 subsamples a tenant, GSM8K to 1,000 rows by default). ``--finetune-save`` keeps the
 fine-tuned weights; ``--finetune-load`` reuses them instead of fine-tuning (to time
-``predict()`` alone, say). Evaluation rows go through ``predict()`` one at a time.
+``predict()`` alone, say); several files load as one ensemble (networks fine-tuned with
+different ``--seed`` values, e.g. in parallel). Evaluation rows go through ``predict()``
+one at a time.
 
 ``--tenant source`` (the default) gives each dataset family its own tenant, as
 distinct applications behind one gateway would be; ``--tenant one`` puts every row
@@ -199,9 +201,9 @@ def _finetune_predictor(
     """The fine-tuned predictor's encoder, fitted (or loaded); returns it and the seconds spent."""
     predictor = FinetunedLengthPredictor(finetune_config(args.finetune_cap, args.finetune_set, args.seed))
     started = time.perf_counter()
-    if args.finetune_load is not None:
-        predictor.load(args.finetune_load)
-        print(f"loaded the fine-tuned encoder from {args.finetune_load}", file=sys.stderr)
+    if args.finetune_load:
+        predictor.load(*args.finetune_load)
+        print(f"loaded the fine-tuned encoder from {' '.join(map(str, args.finetune_load))}", file=sys.stderr)
         return predictor, 0.0
     report = predictor.fit(examples(train_rows, tenant_mode))
     print(
@@ -278,7 +280,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--embed-cache", type=Path, help="embeddings of training prompts, read and updated")
     add_finetune_arguments(parser)
     parser.add_argument("--finetune-save", type=Path, help="write the fine-tuned encoder here")
-    parser.add_argument("--finetune-load", type=Path, help="load a fine-tuned encoder instead of fitting")
+    parser.add_argument(
+        "--finetune-load",
+        nargs="+",
+        type=Path,
+        help="load fine-tuned encoders instead of fitting (several files: one ensemble)",
+    )
     return parser
 
 
@@ -365,7 +372,9 @@ def finetune_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--train", nargs="+", type=Path, required=True, help="JSONL files to learn from")
     parser.add_argument("--save", type=Path, required=True, help="where the weights go (predictor_weights)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="fine-tuning seed; files of several seeds, listed together, are an ensemble"
+    )
     parser.add_argument("--tenant", choices=("source", "one"), default="source")
     add_finetune_arguments(parser)
     args = parser.parse_args(argv)

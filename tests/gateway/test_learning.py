@@ -57,6 +57,23 @@ def test_finetuned_predictor_needs_its_weights_file(tmp_path: Path) -> None:
         load_settings(None, predictor="finetuned", predictor_weights=str(tmp_path / "missing.pt"))
 
 
+def test_predictor_weights_take_one_file_or_several(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    a.write_bytes(b"x")
+    b.write_bytes(b"x")
+    one = load_settings(None, predictor="finetuned", predictor_weights=str(a))
+    assert one.predictor_weights == [a]
+    both = load_settings(None, predictor="finetuned", predictor_weights=[str(a), str(b)])
+    assert both.predictor_weights == [a, b]
+    monkeypatch.setenv("TRIAGE_PREDICTOR_WEIGHTS", f"{a}, {b}")
+    assert load_settings(None, predictor="finetuned").predictor_weights == [a, b]
+    monkeypatch.delenv("TRIAGE_PREDICTOR_WEIGHTS")
+    with pytest.raises(ConfigError, match="list is empty"):
+        load_settings(None, predictor="finetuned", predictor_weights=[])
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(None, predictor="finetuned", predictor_weights=[str(a), str(tmp_path / "c.pt")])
+
+
 def test_unloadable_weights_are_a_config_error(tmp_path: Path, redis_url: str) -> None:
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a saved encoder")

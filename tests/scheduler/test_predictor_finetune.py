@@ -139,6 +139,18 @@ def test_save_then_load_predicts_the_same(fitted: FinetunedLengthPredictor, tmp_
     assert other.predict_logs(prompts) == pytest.approx(fitted.predict_logs(prompts), abs=1e-4)
 
 
+def test_several_files_load_as_one_ensemble(fitted: FinetunedLengthPredictor, tmp_path: Path) -> None:
+    path = tmp_path / "ft.pt"
+    fitted.save(path)
+    other = make(weight=1.0, max_pieces=48)
+    other.load(path, path)
+    assert len(other._net.members) == 2
+    prompts = [ask("Write a long essay about deserts."), ask("Is it a noun? Yes or no.")]
+    assert other.predict_logs(prompts) == pytest.approx(fitted.predict_logs(prompts), abs=1e-4)
+    with pytest.raises(ValueError, match="at least one"):
+        other.load()
+
+
 def test_ensemble_of_bf16_members_averages_and_round_trips(tmp_path: Path) -> None:
     skip_without_extra()
     examples = [
@@ -166,3 +178,22 @@ def test_config_refuses_unknown_precision() -> None:
         FinetuneConfig(precision="fp16")
     with pytest.raises(ValueError, match="members"):
         FinetuneConfig(members=0)
+    with pytest.raises(ValueError, match="dropout"):
+        FinetuneConfig(dropout=1.0)
+
+
+def test_dropout_setting_reaches_the_encoder() -> None:
+    skip_without_extra()
+    import torch
+
+    from scheduler.predictor_finetune import _Network
+
+    rows = [("Write a long essay about rivers.", "t", 900), ("Yes or no?", "t", 3)]
+    for dropout, same in ((0.0, True), (0.5, False)):
+        net = _Network.fresh(FinetuneConfig(dropout=dropout, max_pieces=32, threads=2), None, rows)
+        assert net.encoder.config.hidden_dropout_prob == dropout
+        net.encoder.train()  # dropout is only live while training
+        torch.manual_seed(0)
+        ids = torch.tensor([net._ids(rows[0][0])])
+        first, second = (net.encoder(input_ids=ids).last_hidden_state for _ in range(2))
+        assert bool(torch.allclose(first, second, atol=1e-6)) is same

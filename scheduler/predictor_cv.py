@@ -2,6 +2,7 @@
 
     python -m scheduler.predictor_cv --data-dir DIR [--seed 0] [--train-label mean]
         [--finetune-set epochs=3 precision=bf16 ...] [--out FILE]
+    python -m scheduler.predictor_cv --data-dir DIR --average RUN.jsonl [RUN.jsonl ...]
 
 How the fine-tuned predictor's settings were chosen (``docs/benchmarks/predictor.md``)
 without looking at ShareGPT part03: part01 is shuffled with seed 0 and its first 20%
@@ -9,7 +10,9 @@ is held out; the model trains on the other 80% plus AlpacaEval, GSM8K (capped fo
 encoder, as in the eval command) and HumanEval, and is scored on the held-out rows
 after every epoch, alone and blended with the lexical model at several weights. Each
 epoch's held-out log estimates go to ``--out`` (JSON lines), so runs can be averaged
-afterwards (a seed ensemble) without training again. Needs the ``embed`` extra.
+afterwards without training again: ``--average`` scores the ensemble of the last
+epoch of each file given (what loading their weights together would predict). Needs
+the ``embed`` extra, except for ``--average``.
 """
 
 from __future__ import annotations
@@ -56,9 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-label", choices=("mean", "primary"), default="mean")
     add_finetune_arguments(parser)
     parser.add_argument("--out", type=Path, help="JSON lines: each epoch's held-out log estimates")
+    parser.add_argument(
+        "--average", nargs="+", type=Path, help="score the mean of these runs' last epochs (no training)"
+    )
     args = parser.parse_args(argv)
 
     fit_rows, held = split(load_rows(args.data_dir / "sharegpt_v3_first_turn.part01.jsonl"))
+    if args.average:
+        return _average(args.average, [int(r["response_tokens_cl100k"]) for r in held])
     for name in _OTHERS:
         fit_rows += load_rows(args.data_dir / name)
     relabel(fit_rows, args.train_label)
@@ -90,6 +98,26 @@ def main(argv: list[str] | None = None) -> int:
     except EmbeddingUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2
+    return 0
+
+
+def _average(paths: list[Path], actual: list[int]) -> int:
+    """Prints the tau of the mean of each run's last-epoch logs, alone and blended."""
+    runs = []
+    for path in paths:
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        if not records or len(records[-1]["logs"]) != len(actual):
+            print(f"{path}: no run of this split", file=sys.stderr)
+            return 2
+        runs.append(records[-1])
+        print(f"{path}: seed {records[-1]['seed']} epoch {records[-1]['epoch']} alone "
+              f"{kendall_tau_b(records[-1]['logs'], actual):.4f}")
+    mean = [sum(values) / len(values) for values in zip(*(run["logs"] for run in runs), strict=True)]
+    lexical = runs[0]["lexical"]
+    taus = {
+        w: kendall_tau_b([w * z + (1 - w) * x for z, x in zip(mean, lexical, strict=True)], actual) for w in _WEIGHTS
+    }
+    print(f"mean of {len(runs)}: tau-b by weight " + " ".join(f"{w}:{t:.4f}" for w, t in taus.items()))
     return 0
 
 

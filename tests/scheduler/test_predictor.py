@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import uuid
@@ -319,3 +320,30 @@ def test_cv_split_is_fixed_and_disjoint() -> None:
     assert len(held) == 10 and len(fit) == 40
     assert sorted(r["id"] for r in fit + held) == list(range(50))
     assert split(rows) == (fit, held)  # the same rows every run, whatever the fine-tuning seed
+
+
+def test_cv_average_scores_the_mean_of_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from scheduler.predictor_cv import main as cv_main
+    from scheduler.predictor_cv import split
+
+    rows = [{"id": i, "prompt": f"p{i}", "response_tokens_cl100k": 10 * (i + 1)} for i in range(20)]
+    (tmp_path / "sharegpt_v3_first_turn.part01.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    held = split(rows)[1]
+    truth = [math.log(r["response_tokens_cl100k"]) for r in held]
+    # Two runs with opposite errors, each large enough to misorder rows; their mean is exact.
+    noise = [5.0 * (-1) ** i for i in range(len(truth))]
+    a = [t + e for t, e in zip(truth, noise, strict=True)]
+    b = [t - e for t, e in zip(truth, noise, strict=True)]
+    runs = []
+    for seed, logs in ((0, a), (1, b)):
+        path = tmp_path / f"run{seed}.jsonl"
+        epoch1 = {"seed": seed, "epoch": 1, "logs": [0.0] * len(held), "lexical": truth}
+        path.write_bytes(orjson.dumps(epoch1) + b"\n" + orjson.dumps({**epoch1, "epoch": 2, "logs": logs}) + b"\n")
+        runs.append(str(path))
+    assert cv_main(["--data-dir", str(tmp_path), "--average", *runs]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "epoch 2" in out[0] and "epoch 2" in out[1]  # the last epoch of each run
+    assert "alone 1.0000" not in out[0] and "alone 1.0000" not in out[1]
+    assert "1.0:1.0000" in out[-1] and out[-1].startswith("mean of 2")
+    (tmp_path / "short.jsonl").write_bytes(orjson.dumps({"seed": 0, "epoch": 1, "logs": [1.0], "lexical": [1.0]}))
+    assert cv_main(["--data-dir", str(tmp_path), "--average", str(tmp_path / "short.jsonl")]) == 2

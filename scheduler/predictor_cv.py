@@ -65,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     fit_rows, held = split(load_rows(args.data_dir / "sharegpt_v3_first_turn.part01.jsonl"))
+    actual = [int(r["response_tokens_cl100k"]) for r in held]
     if args.average:
-        return _average(args.average, [int(r["response_tokens_cl100k"]) for r in held])
+        return _average(args.average, actual)
     for name in _OTHERS:
         fit_rows += load_rows(args.data_dir / name)
     relabel(fit_rows, args.train_label)
-    actual = [int(r["response_tokens_cl100k"]) for r in held]
 
     lexical = LengthPredictor(PredictorConfig(name="cv"))
     train(lexical, fit_rows, 3, 0, "source")
@@ -82,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def after_epoch(epoch: int, predictor: FinetunedLengthPredictor) -> None:
         logs = predictor.predict_logs([to_input(r, "source") for r in held])
-        taus = {
-            w: kendall_tau_b([w * z + (1 - w) * x for z, x in zip(logs, lexical_logs, strict=True)], actual)
-            for w in _WEIGHTS
-        }
-        shown = " ".join(f"{w}:{t:.4f}" for w, t in taus.items())
+        shown = _by_weight(logs, lexical_logs, actual)
         print(f"epoch {epoch} ({time.perf_counter() - started:.0f} s) tau-b by weight {shown}", flush=True)
         if args.out is not None:
             with args.out.open("ab") as f:
@@ -113,12 +109,16 @@ def _average(paths: list[Path], actual: list[int]) -> int:
         print(f"{path}: seed {records[-1]['seed']} epoch {records[-1]['epoch']} alone "
               f"{kendall_tau_b(records[-1]['logs'], actual):.4f}")
     mean = [sum(values) / len(values) for values in zip(*(run["logs"] for run in runs), strict=True)]
-    lexical = runs[0]["lexical"]
-    taus = {
-        w: kendall_tau_b([w * z + (1 - w) * x for z, x in zip(mean, lexical, strict=True)], actual) for w in _WEIGHTS
-    }
-    print(f"mean of {len(runs)}: tau-b by weight " + " ".join(f"{w}:{t:.4f}" for w, t in taus.items()))
+    print(f"mean of {len(runs)}: tau-b by weight {_by_weight(mean, runs[0]['lexical'], actual)}")
     return 0
+
+
+def _by_weight(logs: list[float], lexical: list[float], actual: list[int]) -> str:
+    """``w:tau`` for each blend weight ``w`` of the fine-tuned logs (the rest lexical)."""
+    taus = (
+        kendall_tau_b([w * z + (1 - w) * x for z, x in zip(logs, lexical, strict=True)], actual) for w in _WEIGHTS
+    )
+    return " ".join(f"{w}:{t:.4f}" for w, t in zip(_WEIGHTS, taus, strict=True))
 
 
 if __name__ == "__main__":

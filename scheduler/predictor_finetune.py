@@ -189,8 +189,7 @@ class FinetunedLengthPredictor:
         parallel) make one ensemble of all their members."""
         if not paths:
             raise ValueError("load() needs at least one file")
-        members = [net for path in paths for net in _Ensemble.load(path, self.config, self._model_path).members]
-        self._net = _Ensemble(members)
+        self._net = _Ensemble.load(paths, self.config, self._model_path)
 
     # Internals.
 
@@ -199,7 +198,7 @@ class FinetunedLengthPredictor:
         rows = _cap_per_tenant(examples, dict(cfg.tenant_caps), cfg.seed)
         started = time.perf_counter()
         done: list[_Network] = []
-        for member in range(max(1, cfg.members)):
+        for member in range(cfg.members):
             net = _Network.fresh(dataclasses.replace(cfg, seed=cfg.seed + member), self._model_path, rows)
 
             def after_epoch(epoch: int, net: _Network = net) -> None:
@@ -402,9 +401,12 @@ class _Ensemble:
         self.members[0].torch.save({"members": [net.state() for net in self.members]}, path)
 
     @classmethod
-    def load(cls, path: Path, config: FinetuneConfig, model_path: str | None) -> _Ensemble:
-        state = _torch().load(path, map_location=config.device)
-        states = state["members"] if "members" in state else [state]  # one network, older files
+    def load(cls, paths: Sequence[Path], config: FinetuneConfig, model_path: str | None) -> _Ensemble:
+        """Every member of every file, in order."""
+        states = []
+        for path in paths:
+            state = _torch().load(path, map_location=config.device)
+            states.extend(state["members"] if "members" in state else [state])  # one network, older files
         return cls([_Network.from_state(s, config, model_path) for s in states])
 
 

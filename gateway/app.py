@@ -13,7 +13,7 @@ from opentelemetry.trace import TracerProvider
 from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
+from redis.asyncio.retry import Retry
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -103,6 +103,20 @@ def shared_model(predictor: Predictor) -> LengthPredictor | None:
     return predictor.lexical if isinstance(predictor, FinetunedLengthPredictor) else None
 
 
+def shared_redis(url: str, name: str, max_connections: int = 64) -> Redis:
+    """The gateway's client for queue operations; ``name`` shows in Redis's CLIENT LIST.
+
+    A connection left stale by a Redis restart fails once and is retried on a fresh
+    one (every script is safe to retry). The pool is bounded and waits for a free
+    connection: under a burst, requests queue for a connection instead of failing
+    (redis-py's default pool raises past its limit)."""
+    retry = Retry(ExponentialBackoff(cap=0.2, base=0.01), retries=2)  # the asyncio Retry: it awaits
+    return Redis.from_pool(BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=5, health_check_interval=10, retry=retry,
+        client_name=name, retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError],
+    ))
+
+
 def create_app(
     settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None
 ) -> FastAPI:
@@ -116,15 +130,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # a connection left stale by a Redis restart fails once; every script is safe to retry
-        retry = Retry(ExponentialBackoff(cap=0.2, base=0.01), retries=2)
-        # a bounded pool that waits for a free connection: under a burst, requests queue
-        # for a connection instead of failing (redis-py's default pool raises past 100)
-        redis = Redis.from_pool(BlockingConnectionPool.from_url(
-            redis_url, max_connections=64, timeout=5, health_check_interval=10, retry=retry,
-            retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError],
-        ))
-        listen = Redis.from_url(redis_url)  # its own connection for blocking BLPOP
+        owner = f"r{uuid.uuid4().hex[:12]}"
+        redis = shared_redis(redis_url, f"triage-{owner}")
+        listen = Redis.from_url(redis_url, client_name=f"triage-{owner}-inbox")  # its own, for BLPOP
         client = make_client(settings.upstream_timeout_s)
         timing = Timing(
             settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
@@ -134,7 +142,7 @@ def create_app(
         configs = backend_configs(settings)
         pools = {c.pool for c in configs}
         dispatcher = Dispatcher(
-            redis, listen, scripts, settings.key_prefix, f"r{uuid.uuid4().hex[:12]}", pools,
+            redis, listen, scripts, settings.key_prefix, owner, pools,
             QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
         )
         registry = BackendRegistry(

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 from redis.asyncio import Redis
 
-from gateway.app import create_app
+from gateway.app import create_app, shared_redis
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
 from scheduler.keys import PoolKeys
@@ -49,7 +49,7 @@ async def test_redis_restart_mid_load(sim: str) -> None:
                 assert await asyncio.gather(*running) == [1500, 1500]
                 assert await queued == 10
                 resp = await http.post(f"{gw}/v1/chat/completions", json=chat(3, stream=False))
-                assert resp.status_code == 200
+                assert resp.status_code == 200, resp.text
                 probe = Redis.from_url(url)
                 await eventually(lambda: busy_is(probe, keys, 0))  # no slot leaked
                 await probe.aclose()
@@ -63,3 +63,33 @@ async def queue_len_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
 
 async def busy_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
     return int(await redis.hget(keys.busy, "sim") or 0) == n
+
+
+async def test_a_command_cut_off_mid_flight_is_retried_on_a_fresh_connection(
+    any_redis_url: str, prefix: str, redis: Redis
+) -> None:
+    """The gateway's client retries a command whose connection dies under it (a Redis
+    restart, a proxy dropping idle links) instead of failing the request it serves."""
+    name = f"{prefix}-client"
+    client = shared_redis(any_redis_url, name, max_connections=1)
+    other = Redis.from_url(any_redis_url)
+    key = f"{prefix}:cut"
+    try:
+        blocked = asyncio.create_task(client.blpop([key], timeout=10))
+        await eventually(lambda: blocked_on_blpop(other, name))
+        assert await kill_by_name(other, name) == 1
+        await other.rpush(key, b"after")
+        assert await blocked == (key.encode(), b"after")
+    finally:
+        await client.aclose()
+        await other.aclose()
+        await redis.delete(key)
+
+
+async def blocked_on_blpop(redis: Redis, name: str) -> bool:
+    return any(c["name"] == name and c["cmd"] == "blpop" for c in await redis.client_list())
+
+
+async def kill_by_name(redis: Redis, name: str) -> int:
+    ids = [c["id"] for c in await redis.client_list() if c["name"] == name]
+    return sum([int(await redis.client_kill_filter(_id=i)) for i in ids])

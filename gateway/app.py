@@ -12,8 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from opentelemetry.trace import TracerProvider
 from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.backoff import ExponentialBackoff
 from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 

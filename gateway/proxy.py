@@ -297,7 +297,9 @@ class Proxy:
         try:
             while not work.done():
                 position = await self.dispatcher.position(pool, exchange.ctx.request_id)
-                if position is not None:
+                if position is None:
+                    yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
+                else:
                     rate = self.dispatcher.drain_rate(pool)
                     eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
                     yield f": queued position={position}{eta}\n\n".encode()

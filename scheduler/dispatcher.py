@@ -232,8 +232,12 @@ class Dispatcher:
         return self._drain[pool].rate
 
     async def position(self, pool: str, ticket: str) -> int | None:
-        """1-based place of a queued ticket, None once it left the queue."""
-        rank: int | None = await self._redis.zrank(self._keys[pool].queue, ticket)  # type: ignore[assignment]
+        """1-based place of a queued ticket; None once it left the queue, or while Redis
+        cannot say (the ticket is still waited for: it is queued again when Redis is back)."""
+        try:
+            rank: int | None = await self._redis.zrank(self._keys[pool].queue, ticket)  # type: ignore[assignment]
+        except RedisError:
+            return None
         return None if rank is None else rank + 1
 
     def _retry_after(self, pool: str, queue_len: int) -> float:

@@ -57,6 +57,45 @@ async def test_redis_restart_mid_load(sim: str) -> None:
         server.stop()
 
 
+async def test_a_queued_stream_keeps_its_comments_while_redis_is_away(sim: str) -> None:
+    """Its place cannot be read while Redis is away: the stream gets bare keep-alive
+    comments instead of being cut, and relays once Redis is back and a slot frees."""
+    port = free_port()
+    server = EmbeddedRedis(port)
+    url = server.start()
+    settings = Settings.model_validate({
+        "redis_url": url, "key_prefix": "away", "heartbeat_s": 0.3, "probe_interval_s": 0.3,
+        "backends": [{"name": "sim", "url": sim, "models": [MODEL], "max_concurrency": 1, "adaptive": False}],
+    })
+    try:
+        with running_app(create_app(settings)) as gw:
+            async with httpx.AsyncClient(timeout=60) as http:
+                running = asyncio.create_task(stream_tokens(http, gw, 1500))
+                probe = Redis.from_url(url)
+                await eventually(lambda: busy_is(probe, PoolKeys("away", "default"), 1))
+                await probe.aclose()
+                async with http.stream("POST", f"{gw}/v1/chat/completions", json=chat(10)) as resp:
+                    lines = resp.aiter_lines()
+                    assert (await anext(lines)).startswith(": queued position=1")
+                    server.stop()
+                    for _ in range(10):  # the next tick, or one more if it was already on its way
+                        line = await anext(lines)
+                        if line == ": queued":
+                            break
+                        assert line == "" or line.startswith(": queued position=")
+                    else:
+                        raise AssertionError("no keep-alive comment while Redis was away")
+                    server = EmbeddedRedis(port)
+                    server.start()
+                    rest = [line async for line in lines]
+                assert await running == 1500
+        content = [d for d in rest if d.startswith("data: {") and '"content":"' in d and '"content":""' not in d]
+        assert len(content) == 10
+        assert [line for line in rest if line][-1] == "data: [DONE]"
+    finally:
+        server.stop()
+
+
 async def queue_len_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
     return int(await redis.zcard(keys.queue)) == n
 

@@ -249,6 +249,8 @@ class Dispatcher:
 
     def _deliver(self, pool: str, messages: list[Message]) -> None:
         for msg in messages:
+            if msg.kind == "G" and msg.ticket in self._held[pool]:
+                continue  # told twice (a retried call's answer and the inbox): one lease
             waiter = self._waiters.pop(msg.ticket, None)
             if msg.kind == "G":
                 spec = waiter.spec if waiter is not None else None
@@ -345,6 +347,8 @@ class Dispatcher:
     async def _requeue_lost(self, pool: str) -> None:
         """Redis came back empty: queue our waiters again (their tickets were lost)."""
         for waiter in [w for w in self._waiters.values() if w.pool == pool and not w.future.done()]:
+            if waiter.future.done() or self._waiters.get(waiter.spec.id) is not waiter:
+                continue  # granted or gone while an earlier one was being queued
             try:
                 await self._enqueue(waiter)
             except Exception as exc:  # noqa: BLE001 - each waiter gets its own error

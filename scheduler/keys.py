@@ -22,8 +22,9 @@ key                                    type    meaning                          
 ``P:down``                             set     backends taken out by health checks               replicas
 ``P:serves:<model>``                   set     backends that serve this model                    replicas
 ``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
-``P:lease``                            hash    lease id -> "backend|owner"                       scripts
+``P:lease``                            hash    lease id -> "backend|owner|..." (see scripts.py)  scripts
 ``P:owners``                           zset    replica id -> heartbeat expiry                    scripts
+``P:owned:<owner>``                    set     lease ids granted to one replica                  scripts
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
 ``P:tenant:vfinish``                   hash    tenant -> virtual finish time (fair queuing)      scripts
 ``P:tenant:queued``                    hash    tenant -> tickets queued now                      scripts
@@ -100,6 +101,9 @@ class PoolKeys:
 
     def inbox(self, owner: str) -> str:
         return f"{self.base}:inbox:{owner}"
+
+    def owned(self, owner: str) -> str:
+        return f"{self.base}:owned:{owner}"
 
     @property
     def tenant_vfinish(self) -> str:

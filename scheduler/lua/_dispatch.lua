@@ -6,7 +6,8 @@
 --   owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted
 --   avoid: a backend not to use (a retry after it failed); restricted: 1 for long or
 --   batch work, which may hold only P:lcap[backend] slots of a backend (reservation).
--- Lease in P:lease: backend|owner|predicted|restricted|borrowed
+-- Lease in P:lease: backend|owner|predicted|restricted|borrowed; its id is also in
+--   P:owned:<owner>, so a replica can find grants it was never told of.
 -- Grant message pushed to P:inbox:<owner>:  "G|<ticket>|<backend>|<borrowed 0/1>"
 -- Eviction message:                        "E|<ticket>|<reason>"
 
@@ -43,6 +44,7 @@ local function drop_lease(base, lid)
   redis.call('HDEL', base .. ':lease', lid)
   local f = fields(info)
   local backend = f[1]
+  redis.call('SREM', base .. ':owned:' .. f[2], lid)
   redis.call('HINCRBY', base .. ':busy', backend, -1)
   redis.call('HINCRBYFLOAT', base .. ':work', backend, -(tonumber(f[3]) or 0))
   if f[4] == '1' then
@@ -224,6 +226,7 @@ local function dispatch(base, me, lease_ttl, max_scan, now)
           redis.call('ZADD', base .. ':leases', now + lease_ttl, tid)
           redis.call('HSET', base .. ':lease', tid, table.concat(
             {backend, t.owner, t.predicted, restricted, borrowed and '1' or '0'}, '|'))
+          redis.call('SADD', base .. ':owned:' .. t.owner, tid)
           redis.call('HINCRBY', base .. ':stats', 'granted', 1)
           notify(base, me, mine, t.owner, 'G|' .. tid .. '|' .. backend .. '|' .. (borrowed and '1' or '0'))
         end

@@ -6,6 +6,10 @@
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
 --
+-- Idempotent: a client retrying this call after its reply was lost (the connection
+-- died under it) gets the same answer. A ticket already granted is granted again in
+-- the reply (same lease, no second slot); one already queued stays as it is.
+--
 -- The score is arrival + min(max_slack, slack + fairness lead) + tier offset, so a
 -- ticket is never overtaken by one that arrived more than max_slack (plus the tier
 -- gap) after it. The fairness lead is how far this tenant's virtual finish time runs
@@ -21,6 +25,18 @@ local avoid, restricted = ARGV[18], ARGV[19]
 
 local now = now_s()
 heartbeat(base, me, owner_ttl, now)
+local lease = redis.call('HGET', base .. ':lease', tid)
+if lease then
+  local f = fields(lease) -- backend|owner|predicted|restricted|borrowed
+  return {1, redis.call('ZCARD', base .. ':queue'), 'G|' .. tid .. '|' .. f[1] .. '|' .. f[5]}
+end
+if redis.call('HEXISTS', base .. ':tickets', tid) == 1 then
+  local out = {1, redis.call('ZCARD', base .. ':queue')}
+  for _, msg in ipairs(dispatch(base, me, lease_ttl, max_scan, now)) do
+    out[#out + 1] = msg
+  end
+  return out
+end
 local queued_key = base .. ':tenant:queued'
 if max_tenant > 0 then
   local tq = tonumber(redis.call('HGET', queued_key, tenant) or '0')

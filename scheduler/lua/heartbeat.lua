@@ -4,7 +4,10 @@
 --   class has had no recent arrivals), then for every lease this replica holds:
 --   lease id, its lease record (backend|owner|predicted|restricted|borrowed).
 -- A lease missing here (Redis restarted and lost it) is recreated with its slot,
--- so the busy count again matches the requests really running.
+-- so the busy count again matches the requests really running. A lease of this
+-- replica missing from its list is a grant it was never told of (the reply that
+-- carried it was lost with its connection): it is renewed and told again, so the
+-- waiter gets it, or the replica releases it.
 -- Returns {epoch, tickets granted so far in the pool, messages for me...}.
 local base = KEYS[1]
 local me = ARGV[1]
@@ -16,8 +19,10 @@ if ARGV[5] == '1' then
 else
   redis.call('DEL', base .. ':quiet')
 end
+local held = {}
 for i = 6, #ARGV, 2 do
   local lid, record = ARGV[i], ARGV[i + 1]
+  held[lid] = true
   if not redis.call('ZSCORE', base .. ':leases', lid) then
     local f = fields(record)
     redis.call('HSET', base .. ':lease', lid, record)
@@ -29,10 +34,23 @@ for i = 6, #ARGV, 2 do
     if f[5] == '1' then
       redis.call('HINCRBY', base .. ':borrowed', f[1], 1)
     end
+    redis.call('SADD', base .. ':owned:' .. me, lid)
   end
   redis.call('ZADD', base .. ':leases', now + lease_ttl, lid)
 end
 local out = {redis.call('GET', base .. ':epoch'), redis.call('HGET', base .. ':stats', 'granted') or '0'}
+for _, lid in ipairs(redis.call('SMEMBERS', base .. ':owned:' .. me)) do
+  if not held[lid] then
+    local record = redis.call('HGET', base .. ':lease', lid)
+    if record then
+      local f = fields(record)
+      redis.call('ZADD', base .. ':leases', now + lease_ttl, lid)
+      out[#out + 1] = 'G|' .. lid .. '|' .. f[1] .. '|' .. f[5]
+    else
+      redis.call('SREM', base .. ':owned:' .. me, lid)
+    end
+  end
+end
 for _, msg in ipairs(dispatch(base, me, lease_ttl, max_scan, now)) do
   out[#out + 1] = msg
 end

@@ -31,8 +31,9 @@ async def test_redis_restart_mid_load(sim: str) -> None:
         with running_app(create_app(settings)) as gw:
             async with httpx.AsyncClient(timeout=60) as http:
                 running = [asyncio.create_task(stream_tokens(http, gw, 1500)) for _ in range(2)]
-                queued = asyncio.create_task(stream_tokens(http, gw, 10))
                 probe = Redis.from_url(url)
+                await eventually(lambda: busy_is(probe, keys, 2))  # both slots taken: the next one queues
+                queued = asyncio.create_task(stream_tokens(http, gw, 10))
                 await eventually(lambda: queue_len_is(probe, keys, 1))
                 await probe.aclose()
 

@@ -76,7 +76,8 @@ async def test_kill_9_replica_slots_come_back(tmp_path: Path, sim: str, redis_ur
             # A holds three long streams; B runs six shorter ones, half of them queued
             doomed = [asyncio.create_task(stream_tokens(http, a.url, 20_000)) for _ in range(3)]
             await eventually(lambda: busy_at_least(redis, prefix, 3))
-            survivors = [asyncio.create_task(stream_tokens(http, b.url, 400)) for _ in range(6)]
+            # long enough (seconds) that no slot frees before the kill, even on a busy machine
+            survivors = [asyncio.create_task(stream_tokens(http, b.url, 1200)) for _ in range(6)]
             await eventually(lambda: busy_at_least(redis, prefix, 6))
             doomed += [asyncio.create_task(stream_tokens(http, a.url, 5)) for _ in range(2)]
             await eventually(lambda: queued_is(redis, prefix, 5))  # B's three and A's two wait
@@ -85,7 +86,7 @@ async def test_kill_9_replica_slots_come_back(tmp_path: Path, sim: str, redis_ur
             results = await asyncio.gather(*doomed, return_exceptions=True)
             assert all(isinstance(r, Exception) for r in results)  # their connection died with A
             # B loses nothing: every request completes with every token
-            assert await asyncio.gather(*survivors) == [400] * 6
+            assert await asyncio.gather(*survivors) == [1200] * 6
             # A's three slots came back by lease expiry, its queued tickets were dropped
             await eventually(lambda: busy_is(redis, prefix, 0), within_s=LEASE_TTL + 5)
             assert await queued_is(redis, prefix, 0)

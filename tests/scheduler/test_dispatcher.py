@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.dispatcher import Dispatcher, Grant, QueueLimits
-from scheduler.errors import DeadlineExceeded, QueueFull
+from scheduler.errors import DeadlineExceeded, QueueFull, Shed
 from scheduler.keys import PoolKeys
 from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing
 from tests.support import eventually
@@ -54,10 +54,10 @@ async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
 
 
 async def one_running_one_queued(
-    make: Callable[..., Dispatcher], redis: Redis, prefix: str
+    make: Callable[..., Dispatcher], redis: Redis, prefix: str, hb: float = 0.2
 ) -> tuple[Dispatcher, Grant, asyncio.Task[Grant], PoolKeys]:
     """A started dispatcher whose only slot is held and one ticket waits for it."""
-    d = make()
+    d = make(hb=hb)
     await d.start()
     await add_backend(d, limit=1)
     held = await d.acquire(spec(), POOL)
@@ -111,23 +111,23 @@ async def test_release_grants_next_in_score_order(make, redis, prefix) -> None:
         d.release_soon(g)
         return g
 
+    keys = PoolKeys(prefix, POOL)
     long_t = asyncio.create_task(wait(spec(slack=30), "long"))
-    await asyncio.sleep(0)
-    await eventually(lambda: d.queued_here >= 1)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n == 1))  # in Redis, not only here
     short_t = asyncio.create_task(wait(spec(slack=1), "short"))
-    await eventually(lambda: d.queued_here >= 2)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n == 2))
     d.release_soon(first)
     await asyncio.gather(long_t, short_t)
     assert order == ["short", "long"]
 
 
-async def test_queue_full_is_rejected(make) -> None:
+async def test_queue_full_is_rejected(make, redis, prefix) -> None:
     d = make(limits=QueueLimits(max_queue=1))
     await d.start()
     await add_backend(d, limit=1)
     await d.acquire(spec(), POOL)
     waiting = asyncio.create_task(d.acquire(spec(), POOL))
-    await eventually(lambda: d.queued_here >= 1)
+    await eventually(lambda: queue_len(redis, PoolKeys(prefix, POOL), lambda n: n == 1))
     with pytest.raises(QueueFull) as err:
         await d.acquire(spec(), POOL)
     assert err.value.retry_after_s >= 1
@@ -180,10 +180,10 @@ async def test_dead_replica_slots_come_back(make, redis, prefix) -> None:
 
 
 async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
-    d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
+    d, held, waiting, keys = await one_running_one_queued(make, redis, prefix, hb=60)  # the test beats
     await d.heartbeat(POOL)
-    async for key in redis.scan_iter(match=f"{keys.base}:*"):
-        await redis.delete(key)  # as a restarted Redis without persistence would be
+    lost = [key async for key in redis.scan_iter(match=f"{keys.base}:*")]
+    await redis.delete(*lost)  # at once, as a restarted Redis without persistence would be
     await add_backend(d, limit=1)
     await d.heartbeat(POOL)  # recreates the held lease and requeues the waiter
     assert await busy(redis, prefix) == 1
@@ -191,3 +191,64 @@ async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
     d.release_soon(held)
     grant = await asyncio.wait_for(waiting, 10)
     assert grant.backend == "b1"
+
+
+async def test_a_retried_enqueue_gets_the_first_answer(redis, prefix) -> None:
+    """A client retries a script whose reply was lost with its connection: the ticket is
+    granted once (same lease, one slot) or queued once, whatever the number of calls."""
+    scripts = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    keys = PoolKeys(prefix, POOL)
+    await scripts.set_backend(keys, "me", BackendRecord("b1", 1, models=("m",)))
+    running, waiting = spec(), spec()
+    first = await scripts.enqueue(keys, "me", running, 0, 0)
+    again = await scripts.enqueue(keys, "me", running, 0, 0)
+    assert [(m.kind, m.ticket, m.detail) for m in first.messages] == [("G", running.id, "b1")]
+    assert again.messages == first.messages
+    assert await busy(redis, prefix) == 1
+    for _ in range(2):
+        result = await scripts.enqueue(keys, "me", waiting, 0, 0)
+        assert (result.status, result.queue_len, result.messages) == (1, 1, [])
+    assert await redis.zcard(keys.queue) == 1
+    assert await redis.hget(keys.tenant_queued, "default") == b"1"
+
+
+async def test_a_grant_told_twice_holds_one_lease(make, redis, prefix) -> None:
+    """The same grant arriving again (a retried call's reply and the inbox) is ignored:
+    the request keeps its slot; it is not released as a grant nobody waits for."""
+    d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
+    queued_id = (await redis.zrange(keys.queue, 0, 0))[0].decode()
+    inbox = keys.inbox(d.owner)
+    await redis.rpush(inbox, f"G|{held.ticket}|b1|0", f"E|{queued_id}|shed")  # handled in order
+    with pytest.raises(Shed):
+        await waiting
+    assert held.ticket in d.held(POOL)
+    assert await busy(redis, prefix) == 1
+
+
+async def test_a_grant_whose_message_was_lost_reaches_its_waiter(make, redis, prefix) -> None:
+    """A script granted the waiting ticket but its reply never reached the replica (the
+    connection died): the replica's next heartbeat finds the lease and tells it again."""
+    d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
+    queued_id = (await redis.zrange(keys.queue, 0, 0))[0].decode()
+    elsewhere = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    # a call made as this replica whose answer is dropped: a second slot, granted to the waiter
+    lost = await elsewhere.set_backend(keys, d.owner, BackendRecord("b1", 2, models=("m",)))
+    assert [(m.kind, m.ticket) for m in lost] == [("G", queued_id)]
+    async with asyncio.timeout(30):  # a hang guard: the heartbeat runs every 0.2 s
+        grant = await waiting
+    assert grant.ticket == queued_id
+    assert set(d.held(POOL)) == {held.ticket, queued_id}
+    assert await busy(redis, prefix) == 2
+
+
+async def test_a_lost_grant_nobody_waits_for_is_released(make, redis, prefix) -> None:
+    d = make()
+    await d.start()
+    await add_backend(d, limit=1)
+    keys = PoolKeys(prefix, POOL)
+    elsewhere = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    lost = await elsewhere.enqueue(keys, d.owner, spec(), 0, 0)  # granted to d; d never hears of it
+    assert [m.kind for m in lost.messages] == ["G"]
+    assert await busy(redis, prefix) == 1
+    await eventually(lambda: busy_is(redis, prefix, 0))  # well before the 30 s lease runs out
+    assert await redis.scard(keys.owned(d.owner)) == 0

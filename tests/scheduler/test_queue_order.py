@@ -155,7 +155,7 @@ async def test_full_queue_sheds_the_least_urgent(any_redis_url: str, prefix: str
         held = await d.acquire(ticket("running", 10, "x", params), "p")
         long_wait = asyncio.create_task(d.acquire(ticket("long", 3000, "x", params), "p"))
         mid_wait = asyncio.create_task(d.acquire(ticket("mid", 500, "x", params), "p"))
-        await eventually(lambda: d.queued_here >= 2)
+        await eventually(lambda: queued_in_redis(redis, prefix, 2))  # in Redis, not only here
         short_wait = asyncio.create_task(d.acquire(ticket("short", 10, "x", params), "p"))
         with pytest.raises(Shed):
             await long_wait  # the least urgent goes
@@ -168,3 +168,7 @@ async def test_full_queue_sheds_the_least_urgent(any_redis_url: str, prefix: str
         await d.stop()
         await redis.aclose()
         await listen.aclose()
+
+
+async def queued_in_redis(redis: Redis, prefix: str, n: int) -> bool:
+    return int(await redis.zcard(PoolKeys(prefix, "p").queue)) == n

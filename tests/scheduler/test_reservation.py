@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from scheduler.keys import PoolKeys
 from scheduler.reservation import Reservation, ReservationParams
-from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing
+from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing, lease_record
 
 ME = "owner-1"
 
@@ -135,7 +135,8 @@ async def test_long_work_borrows_only_while_short_work_is_quiet(redis: Redis) ->
     for _ in range(4):
         granted += (await scripts.enqueue(keys, ME, spec(True, 10), 0, 0)).messages
     assert len(granted) == 2  # not quiet: the reserve stays free
-    quiet = await scripts.heartbeat(keys, ME, {}, quiet=True)
+    held = {m.ticket: lease_record(m.detail, ME, 2000, True, m.borrowed) for m in granted}
+    quiet = await scripts.heartbeat(keys, ME, held, quiet=True)
     assert [m.borrowed for m in quiet[2]] == [True]  # one borrowed slot, no more
     busy, lbusy = await lease_counts(redis, keys)
     assert (busy, lbusy) == (3, 3)

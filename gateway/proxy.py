@@ -283,9 +283,17 @@ class Proxy:
         if exchange.req.stream and response.status_code == 200:
             stats = StreamStats()
             return RelayResponse(exchange.relay(stats), stats, headers, exchange.close_stream, watch)
-        if exchange.req.stream:
-            await response.aread()
-            await response.aclose()
+        if exchange.req.stream:  # a refusal to a stream: its whole body, then pass it on
+            try:
+                await response.aread()
+            except httpx.HTTPError as exc:
+                exchange.finish(None, False)
+                raise upstream_failed(f"its error answer broke off: {exc}") from None
+            except BaseException:
+                exchange.finish(None, True)  # the client left: the slot goes back all the same
+                raise
+            finally:
+                await response.aclose()
         exchange.finish_response(response)
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
@@ -319,7 +327,13 @@ class Proxy:
             yield sse_error(error.message, error.type, error.code)
             return
         if response.status_code != 200:
-            await response.aread()
+            try:
+                await response.aread()
+            except httpx.HTTPError as exc:
+                exchange.finish(None, False)
+                error = upstream_failed(f"its error answer broke off: {exc}")
+                yield sse_error(error.message, error.type, error.code)
+                return
             exchange.finish_response(response)
             yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
             return

@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 
+from scheduler.keys import PoolKeys
 from simulator.faults import FaultSettings
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
+from tests.support import eventually
 
 MODEL = "sim-model"
 
@@ -33,12 +37,33 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     writer.close()
 
 
-@pytest.fixture
-def broken_backend() -> Iterator[str]:
-    """A real HTTP server on its own thread and loop that passes health probes but
-    drops every inference request before answering a byte."""
+async def _handle_cut_error(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer GETs as ``_handle``; answer a POST with a 500 whose body breaks off."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET"):
+                body = b'{"object":"list","data":[{"id":"sim-model","object":"model"}]}'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+                continue
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                         b"content-length: 200\r\n\r\n{\"error\": {\"mess")
+            await writer.drain()
+            break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
+def _serve(handler: Callable[..., Any]) -> Iterator[str]:
+    """A real HTTP server on its own thread and loop."""
     loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(asyncio.start_server(_handle, "127.0.0.1", 0))
+    server = loop.run_until_complete(asyncio.start_server(handler, "127.0.0.1", 0))
     port = server.sockets[0].getsockname()[1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -47,6 +72,18 @@ def broken_backend() -> Iterator[str]:
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=5)
     loop.close()
+
+
+@pytest.fixture
+def broken_backend() -> Iterator[str]:
+    """Passes health probes but drops every inference request before answering a byte."""
+    yield from _serve(_handle)
+
+
+@pytest.fixture
+def cut_error_backend() -> Iterator[str]:
+    """Passes health probes; its error answer to inference breaks off mid-body."""
+    yield from _serve(_handle_cut_error)
 
 
 def chat(stream: bool = False, tokens: int = 5) -> dict[str, object]:
@@ -98,3 +135,19 @@ async def test_overloaded_backend_answer_passes_through(gateway_factory: Callabl
             resp = await http.post("/v1/chat/completions", json=chat())
     assert resp.status_code == 429
     assert "error" in resp.json()
+
+
+async def test_an_error_answer_that_breaks_off_gives_502_and_frees_the_slot(
+    gateway_factory: Callable[..., str], cut_error_backend: str, redis: Redis, prefix: str
+) -> None:
+    gw = gateway_factory([{"name": "cut", "url": cut_error_backend, "models": [MODEL], "adaptive": False}])
+    async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
+        resp = await http.post("/v1/chat/completions", json=chat(stream=True))
+    assert resp.status_code == 502
+    assert resp.json()["error"]["code"] == "bad_gateway"
+    assert "broke off" in resp.json()["error"]["message"]
+    await eventually(lambda: slot_free(redis, prefix))
+
+
+async def slot_free(redis: Redis, prefix: str) -> bool:
+    return int(await redis.hget(PoolKeys(prefix, "default").busy, "cut") or 0) == 0

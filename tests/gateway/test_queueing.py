@@ -191,7 +191,7 @@ async def test_client_leaving_mid_request_aborts_the_backend(one_slot, slow_sim,
             request.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await request
-    await eventually(lambda: sim_running(slow_sim, 0), within_s=5)
+    await eventually(lambda: sim_running(slow_sim, 0))
     assert (await sim_stats(slow_sim))["aborts"] == before + 1
     await eventually(lambda: busy_is(redis, prefix, 0))
 

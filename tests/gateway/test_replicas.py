@@ -20,12 +20,12 @@ async def test_two_replicas_never_exceed_max_concurrency(gateway_factory: Callab
 
             async def one(i: int) -> int:
                 url = a if i % 2 else b
-                body = {"model": MODEL, "prompt": f"p{i}", "max_tokens": 20, "ignore_eos": True}
+                body = {"model": MODEL, "prompt": f"p{i}", "max_tokens": 100, "ignore_eos": True}
                 resp = await http.post(f"{url}/v1/completions", json=body)
                 assert resp.status_code == 200, resp.text
                 return int(resp.json()["usage"]["completion_tokens"])
 
             tokens = await asyncio.gather(*(one(i) for i in range(40)))
             stats = (await http.get(f"{sim}/sim/stats")).json()
-    assert tokens == [20] * 40
+    assert tokens == [100] * 40
     assert stats["peak_running"] == 3  # the limit was reached, and never passed

@@ -48,7 +48,7 @@ async def finish_order(mode: BatchingMode) -> list[str]:
         long_stream = await client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "long"}],
-            max_tokens=150,
+            max_tokens=1000,  # seconds of decoding: the short one arrives well before the end
             stream=True,
             extra_body={"ignore_eos": True},
         )

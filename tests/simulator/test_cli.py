@@ -66,13 +66,16 @@ def test_python_m_simulator_serves() -> None:
     argv += ["--model", "cli-model", "--max-num-seqs", "2", "--mode", "continuous"]
     proc = subprocess.Popen(argv)
     try:
-        # A subprocess offers nothing to wait on, so poll /health, bounded.
-        for _ in range(300):
+        # A subprocess offers nothing to wait on, so poll /health, bounded (a cold start of
+        # Python and its imports on a busy machine can take many seconds).
+        deadline = time.monotonic() + 60
+        ready = False
+        while not ready and time.monotonic() < deadline and proc.poll() is None:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
+                ready = httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
             except httpx.TransportError:
                 time.sleep(0.05)
+        assert ready, "the simulator did not come up"
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
         assert models["data"][0]["id"] == "cli-model"
     finally:

@@ -180,6 +180,23 @@ def test_config_refuses_unknown_precision() -> None:
         FinetuneConfig(members=0)
     with pytest.raises(ValueError, match="dropout"):
         FinetuneConfig(dropout=1.0)
+    with pytest.raises(ValueError, match="layer_decay"):
+        FinetuneConfig(layer_decay=0.0)
+
+
+def test_layer_decay_lowers_the_learning_rate_with_depth() -> None:
+    skip_without_extra()
+    from scheduler.predictor_finetune import _Network
+
+    rows = [("Write a long essay about rivers.", "t", 900), ("Yes or no?", "t", 3)]
+    net = _Network.fresh(FinetuneConfig(layer_decay=0.5, learning_rate=1e-4, max_pieces=32, threads=2), None, rows)
+    groups = net._encoder_groups()
+    layers = len(net.encoder.encoder.layer)
+    assert [g["lr"] for g in groups] == [1e-4 * 0.5**depth for depth in range(layers + 1)]
+    grouped = [id(p) for g in groups for p in g["params"]]
+    assert sorted(grouped) == sorted(id(p) for p in net.encoder.parameters())  # each once
+    embeddings = {id(p) for p in net.encoder.embeddings.parameters()}
+    assert embeddings <= {id(p) for p in groups[-1]["params"]}  # the bottom: the slowest
 
 
 def test_dropout_setting_reaches_the_encoder() -> None:

@@ -6,7 +6,9 @@ observations. Sums merge by adding, so replicas never overwrite each other:
 
 * ``observe`` changes the local value and records the same change as a pending
   delta;
-* ``push`` sends every pending delta with ``HINCRBYFLOAT`` in one pipeline;
+* ``push`` sends every pending delta with ``HINCRBYFLOAT`` in one pipeline (at least
+  once: a push whose reply is lost is sent again, so a connection dying at that
+  moment counts one batch twice, a bounded and rare bias);
 * ``pull`` reads the merged hash with ``HGETALL`` and sets local = remote + pending.
 
 Two replicas that learn at once therefore both see the sum of their updates, the

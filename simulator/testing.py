@@ -49,7 +49,7 @@ def serving(config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1"
         yield f"http://{host}:{bound_port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=30)  # a loaded machine may take a while to shut a server down
         sock.close()
 
 

@@ -146,6 +146,14 @@ class Exchange:
             proxy.classifier.predictor.observe(self.inp, tokens)
         self.ctx.trace.call_done(self.call, tokens, ok, status, tpot_s, self.reply)  # after the slot is back
 
+    async def read_refusal(self, response: httpx.Response) -> None:
+        """The whole body of a non-200 answer to a stream; one that breaks off is a 502."""
+        try:
+            await response.aread()
+        except httpx.HTTPError as exc:
+            self.finish(None, False)
+            raise upstream_failed(f"its error answer broke off: {exc}") from None
+
     def finish_response(self, response: httpx.Response) -> None:
         """A whole (non-streamed, or refused) answer."""
         status = response.status_code
@@ -285,12 +293,9 @@ class Proxy:
             return RelayResponse(exchange.relay(stats), stats, headers, exchange.close_stream, watch)
         if exchange.req.stream:  # a refusal to a stream: its whole body, then pass it on
             try:
-                await response.aread()
-            except httpx.HTTPError as exc:
-                exchange.finish(None, False)
-                raise upstream_failed(f"its error answer broke off: {exc}") from None
+                await exchange.read_refusal(response)
             except BaseException:
-                exchange.finish(None, True)  # the client left: the slot goes back all the same
+                exchange.finish(None, True)  # the client left (a 502 has already finished)
                 raise
             finally:
                 await response.aclose()
@@ -328,10 +333,8 @@ class Proxy:
             return
         if response.status_code != 200:
             try:
-                await response.aread()
-            except httpx.HTTPError as exc:
-                exchange.finish(None, False)
-                error = upstream_failed(f"its error answer broke off: {exc}")
+                await exchange.read_refusal(response)
+            except GatewayError as error:
                 yield sse_error(error.message, error.type, error.code)
                 return
             exchange.finish_response(response)

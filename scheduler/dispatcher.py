@@ -346,7 +346,7 @@ class Dispatcher:
 
     async def _requeue_lost(self, pool: str) -> None:
         """Redis came back empty: queue our waiters again (their tickets were lost)."""
-        for waiter in [w for w in self._waiters.values() if w.pool == pool and not w.future.done()]:
+        for waiter in [w for w in self._waiters.values() if w.pool == pool]:
             if waiter.future.done() or self._waiters.get(waiter.spec.id) is not waiter:
                 continue  # granted or gone while an earlier one was being queued
             try:

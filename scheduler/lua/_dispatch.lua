@@ -34,6 +34,12 @@ local function parse_ticket(packed)
           restricted = f[10] == '1'}
 end
 
+-- The grant message of an existing lease (told again: a reply carrying it was lost).
+local function grant_message(lid, record)
+  local f = fields(record)
+  return 'G|' .. lid .. '|' .. f[1] .. '|' .. f[5]
+end
+
 -- Give back the slot a lease holds, with its share of outstanding work.
 local function drop_lease(base, lid)
   local info = redis.call('HGET', base .. ':lease', lid)

@@ -27,8 +27,7 @@ local now = now_s()
 heartbeat(base, me, owner_ttl, now)
 local lease = redis.call('HGET', base .. ':lease', tid)
 if lease then
-  local f = fields(lease) -- backend|owner|predicted|restricted|borrowed
-  return {1, redis.call('ZCARD', base .. ':queue'), 'G|' .. tid .. '|' .. f[1] .. '|' .. f[5]}
+  return {1, redis.call('ZCARD', base .. ':queue'), grant_message(tid, lease)}
 end
 if redis.call('HEXISTS', base .. ':tickets', tid) == 1 then
   local out = {1, redis.call('ZCARD', base .. ':queue')}

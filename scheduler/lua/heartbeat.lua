@@ -43,9 +43,8 @@ for _, lid in ipairs(redis.call('SMEMBERS', base .. ':owned:' .. me)) do
   if not held[lid] then
     local record = redis.call('HGET', base .. ':lease', lid)
     if record then
-      local f = fields(record)
       redis.call('ZADD', base .. ':leases', now + lease_ttl, lid)
-      out[#out + 1] = 'G|' .. lid .. '|' .. f[1] .. '|' .. f[5]
+      out[#out + 1] = grant_message(lid, record)
     else
       redis.call('SREM', base .. ':owned:' .. me, lid)
     end

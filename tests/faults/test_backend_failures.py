@@ -21,6 +21,13 @@ from tests.support import eventually
 MODEL = "sim-model"
 
 
+async def _answer_probe(writer: asyncio.StreamWriter) -> None:
+    body = b'{"object":"list","data":[{"id":"sim-model","object":"model"}]}'
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+
+
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Answer GETs (probes) with the model list; drop every POST before a byte."""
     try:
@@ -28,10 +35,7 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
             head = await reader.readuntil(b"\r\n\r\n")
             if not head.startswith(b"GET"):
                 break
-            body = b'{"object":"list","data":[{"id":"sim-model","object":"model"}]}'
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                         + str(len(body)).encode() + b"\r\n\r\n" + body)
-            await writer.drain()
+            await _answer_probe(writer)
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     writer.close()
@@ -43,10 +47,7 @@ async def _handle_cut_error(reader: asyncio.StreamReader, writer: asyncio.Stream
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             if head.startswith(b"GET"):
-                body = b'{"object":"list","data":[{"id":"sim-model","object":"model"}]}'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                             + str(len(body)).encode() + b"\r\n\r\n" + body)
-                await writer.drain()
+                await _answer_probe(writer)
                 continue
             length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length")))

@@ -49,6 +49,11 @@ async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., D
         await listen.aclose()
 
 
+def scripts_on(redis: Redis) -> Scripts:
+    """The scripts as a replica would call them, outside any dispatcher."""
+    return Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+
+
 async def add_backend(d: Dispatcher, name: str = "b1", limit: int = 1) -> None:
     await d.publish_backend(POOL, BackendRecord(name, limit, models=("m",)))
 
@@ -196,7 +201,7 @@ async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
 async def test_a_retried_enqueue_gets_the_first_answer(redis, prefix) -> None:
     """A client retries a script whose reply was lost with its connection: the ticket is
     granted once (same lease, one slot) or queued once, whatever the number of calls."""
-    scripts = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    scripts = scripts_on(redis)
     keys = PoolKeys(prefix, POOL)
     await scripts.set_backend(keys, "me", BackendRecord("b1", 1, models=("m",)))
     running, waiting = spec(), spec()
@@ -230,7 +235,7 @@ async def test_a_grant_whose_message_was_lost_reaches_its_waiter(make, redis, pr
     connection died): the replica's next heartbeat finds the lease and tells it again."""
     d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
     queued_id = (await redis.zrange(keys.queue, 0, 0))[0].decode()
-    elsewhere = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    elsewhere = scripts_on(redis)
     # a call made as this replica whose answer is dropped: a second slot, granted to the waiter
     lost = await elsewhere.set_backend(keys, d.owner, BackendRecord("b1", 2, models=("m",)))
     assert [(m.kind, m.ticket) for m in lost] == [("G", queued_id)]
@@ -246,7 +251,7 @@ async def test_a_lost_grant_nobody_waits_for_is_released(make, redis, prefix) ->
     await d.start()
     await add_backend(d, limit=1)
     keys = PoolKeys(prefix, POOL)
-    elsewhere = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    elsewhere = scripts_on(redis)
     lost = await elsewhere.enqueue(keys, d.owner, spec(), 0, 0)  # granted to d; d never hears of it
     assert [m.kind for m in lost.messages] == ["G"]
     assert await busy(redis, prefix) == 1

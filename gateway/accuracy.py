@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from scheduler.ranking import kendall_tau_b
+from scheduler.predictor.ranking import kendall_tau_b
 
 
 def ratio(actual: int, predicted: float) -> float:

@@ -16,9 +16,9 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from .errors import GatewayError
-from .prometheus import CONTENT_TYPE
-from .state import Gateway
+from gateway.errors import GatewayError
+from gateway.prometheus import CONTENT_TYPE
+from gateway.state import Gateway
 
 router = APIRouter()
 

@@ -17,28 +17,27 @@ from redis.backoff import ExponentialBackoff
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from scheduler.backends import BackendConfig, BackendRegistry
-from scheduler.classify import Classifier, Predictor, PriorPredictor
-from scheduler.dispatcher import Dispatcher, QueueLimits
-from scheduler.learning import PredictorSync
-from scheduler.limits import LimitParams
-from scheduler.policy import PolicyParams
-from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_embed import EmbeddingUnavailable
-from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
-from scheduler.reservation import ReservationParams
-from scheduler.scripts import Scripts, Timing
+from gateway import admin
+from gateway.auth import Authenticator
+from gateway.errors import GatewayError
+from gateway.proxy import Proxy
+from gateway.routes import router
+from gateway.settings import ConfigError, Settings
+from gateway.state import Gateway
+from gateway.telemetry import OtelConfig, Telemetry
+from gateway.upstream import Upstream, make_client
+from scheduler.backends.registry import BackendConfig, BackendRegistry
+from scheduler.policy.classify import Classifier, Predictor, PriorPredictor
+from scheduler.policy.limits import LimitParams
+from scheduler.policy.order import PolicyParams
+from scheduler.policy.reservation import ReservationParams
+from scheduler.predictor.embed import EmbeddingUnavailable
+from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
+from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
+from scheduler.predictor.sync import PredictorSync
+from scheduler.queue.dispatcher import Dispatcher, QueueLimits
+from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import ClassThresholds
-
-from . import admin
-from .auth import Authenticator
-from .errors import GatewayError
-from .proxy import Proxy
-from .routes import router
-from .settings import ConfigError, Settings
-from .state import Gateway
-from .telemetry import OtelConfig, Telemetry
-from .upstream import Upstream, make_client
 
 
 def backend_configs(settings: Settings) -> list[BackendConfig]:

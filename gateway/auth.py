@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from .errors import GatewayError
-from .settings import Settings
+from gateway.errors import GatewayError
+from gateway.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 
 import redis
 
-from .settings import BackendSettings, ConfigError, Settings, load_settings
+from gateway.settings import BackendSettings, ConfigError, Settings, load_settings
 
 
 def _check_redis(url: str) -> None:
@@ -54,8 +54,8 @@ def _banner(settings: Settings, embedded: list[str]) -> str:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app
-    from .embedded import EmbeddedRedis, EmbeddedSimulator
+    from gateway.app import create_app
+    from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
 
     settings = load_settings(args.config, host=args.host, port=args.port, policy=args.policy)
     embedded: list[str] = []
@@ -123,8 +123,8 @@ def sim(args: argparse.Namespace) -> int:
 def predictor(action: str, argv: list[str]) -> int:
     """``predictor eval|finetune``: the rest of the line goes to the tool as it is (argparse's
     REMAINDER would not take a line that starts with an option, such as ``--train``)."""
-    from scheduler.predictor_eval import finetune_main
-    from scheduler.predictor_eval import main as eval_main
+    from scheduler.predictor.tools.evaluate import finetune_main
+    from scheduler.predictor.tools.evaluate import main as eval_main
 
     return (finetune_main if action == "finetune" else eval_main)(argv)
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from scheduler.backends import BackendRegistry, Health
-
-from . import semconv as sc
-from .accuracy import RankAccuracy
-from .instruments import Key, Registry
-from .queue_depth import QueueDepth
+from gateway import semconv as sc
+from gateway.accuracy import RankAccuracy
+from gateway.instruments import Key, Registry
+from scheduler.backends.registry import BackendRegistry, Health
+from scheduler.queue.depth import QueueDepth
 
 # label keys; the GenAI metrics carry the conventions' attributes and Triage's class and backend
 GENAI_LABELS = (sc.OPERATION, sc.PROVIDER_NAME, sc.REQUEST_MODEL, sc.CLASS, sc.BACKEND)

@@ -28,10 +28,10 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from . import semconv as sc
-from .instruments import Counter, Instrument, Key, Registry
-from .instruments import Gauge as GaugeInstrument
-from .instruments import Histogram as HistogramInstrument
+from gateway import semconv as sc
+from gateway.instruments import Counter, Instrument, Key, Registry
+from gateway.instruments import Gauge as GaugeInstrument
+from gateway.instruments import Histogram as HistogramInstrument
 
 log = logging.getLogger("triage.telemetry")
 _CUMULATIVE = AggregationTemporality.CUMULATIVE

@@ -25,20 +25,19 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.backends import BackendRegistry
-from scheduler.classify import Classifier, Placement
-from scheduler.dispatcher import Dispatcher, Grant
+from gateway.auth import Principal
+from gateway.disconnect import ClientGone, DisconnectWatch
+from gateway.errors import GatewayError, from_scheduler, upstream_failed
+from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
+from gateway.schemas import InferenceRequest
+from gateway.tracing import BackendCall, Reply, RequestTrace
+from gateway.upstream import Upstream, UpstreamCall, UpstreamError, headers_for
+from scheduler.backends.registry import BackendRegistry
 from scheduler.errors import SchedulerError
-from scheduler.scripts import TicketSpec
+from scheduler.policy.classify import Classifier, Placement
+from scheduler.queue.dispatcher import Dispatcher, Grant
+from scheduler.queue.scripts import TicketSpec
 from scheduler.types import LengthClass, PredictInput
-
-from .auth import Principal
-from .disconnect import ClientGone, DisconnectWatch
-from .errors import GatewayError, from_scheduler, upstream_failed
-from .relay import RelayResponse, StreamStats, relay_events, sse_error
-from .schemas import InferenceRequest
-from .tracing import BackendCall, Reply, RequestTrace
-from .upstream import Upstream, UpstreamCall, UpstreamError, headers_for
 
 
 class StillQueued(Exception):

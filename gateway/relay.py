@@ -22,9 +22,9 @@ import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .disconnect import ClientGone, DisconnectWatch
-from .errors import error_body
-from .upstream import describe
+from gateway.disconnect import ClientGone, DisconnectWatch
+from gateway.errors import error_body
+from gateway.upstream import describe
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
 # a chunk that carries generated text (a first chat chunk often has only the role)

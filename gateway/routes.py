@@ -14,11 +14,11 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from .errors import GatewayError
-from .proxy import ClientGone, RequestContext, new_request_id
-from .relay import RelayResponse
-from .schemas import Endpoint, parse, parse_int_header
-from .state import Gateway
+from gateway.errors import GatewayError
+from gateway.proxy import ClientGone, RequestContext, new_request_id
+from gateway.relay import RelayResponse
+from gateway.schemas import Endpoint, parse, parse_int_header
+from gateway.state import Gateway
 
 router = APIRouter()
 

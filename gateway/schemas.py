@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .errors import GatewayError, bad_request
+from gateway.errors import GatewayError, bad_request
 
 
 class Endpoint(enum.StrEnum):

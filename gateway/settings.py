@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from scheduler.policy import PolicyName
+from scheduler.policy.order import PolicyName
 
 
 class ConfigError(Exception):

@@ -7,13 +7,12 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from scheduler.backends import BackendRegistry
-from scheduler.dispatcher import Dispatcher
-
-from .auth import Authenticator
-from .proxy import Proxy
-from .settings import Settings
-from .telemetry import Telemetry
+from gateway.auth import Authenticator
+from gateway.proxy import Proxy
+from gateway.settings import Settings
+from gateway.telemetry import Telemetry
+from scheduler.backends.registry import BackendRegistry
+from scheduler.queue.dispatcher import Dispatcher
 
 
 @dataclass(slots=True)

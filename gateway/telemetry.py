@@ -28,16 +28,15 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from redis.asyncio import Redis
 from starlette.datastructures import Headers
 
-from scheduler.backends import BackendConfig, BackendRegistry
-
-from . import semconv as sc
-from .accuracy import RankAccuracy
-from .metrics import Instruments
-from .otlp_metrics import OtlpMetrics
-from .prometheus import render
-from .queue_depth import QueueDepth
-from .stats import WindowStats
-from .tracing import RequestTrace
+from gateway import semconv as sc
+from gateway.accuracy import RankAccuracy
+from gateway.metrics import Instruments
+from gateway.otlp_metrics import OtlpMetrics
+from gateway.prometheus import render
+from gateway.stats import WindowStats
+from gateway.tracing import RequestTrace
+from scheduler.backends.registry import BackendConfig, BackendRegistry
+from scheduler.queue.depth import QueueDepth
 
 
 def _on(env: Mapping[str, str], name: str) -> bool:

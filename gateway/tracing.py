@@ -28,19 +28,18 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from scheduler.backends import BackendConfig
-from scheduler.classify import Placement
-from scheduler.dispatcher import Grant
-from scheduler.scripts import TicketSpec
+from gateway import semconv as sc
+from gateway.accuracy import ratio
+from gateway.schemas import InferenceRequest
+from scheduler.backends.registry import BackendConfig
+from scheduler.policy.classify import Placement
+from scheduler.queue.dispatcher import Grant
+from scheduler.queue.scripts import TicketSpec
 from scheduler.types import PredictionSource
 
-from . import semconv as sc
-from .accuracy import ratio
-from .schemas import InferenceRequest
-
 if TYPE_CHECKING:
-    from .relay import StreamStats
-    from .telemetry import Telemetry
+    from gateway.relay import StreamStats
+    from gateway.telemetry import Telemetry
 
 
 def wall_ns(monotonic_s: float) -> int:

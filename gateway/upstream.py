@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from scheduler.backends import BackendConfig
-
-from .transport import FastTransport
+from gateway.transport import FastTransport
+from scheduler.backends.registry import BackendConfig
 
 
 class UpstreamError(Exception):

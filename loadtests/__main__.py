@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli import add_compare_arguments, add_loadtest_arguments, run_compare, run_loadtest
+from loadtests.cli import add_compare_arguments, add_loadtest_arguments, run_compare, run_loadtest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,17 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-from .arrivals import ArrivalSpec, Process
-from .client import Target
-from .datasets import PromptCatalog
-from .metrics import Warmup, summarize
-from .plan import LoadConfig, TraceReplay, execute
-from .progress import Progress
-from .report import markdown, report_json, write_json, write_records
-from .runner import Limits, run_async
-from .timeseries import timeseries
-from .traces import TraceError
-from .workload import Api, WorkloadError, builtin_workloads, load_workload
+from loadtests.arrivals import ArrivalSpec, Process
+from loadtests.client import Target
+from loadtests.datasets import PromptCatalog
+from loadtests.metrics import Warmup, summarize
+from loadtests.plan import LoadConfig, TraceReplay, execute
+from loadtests.progress import Progress
+from loadtests.report import markdown, report_json, write_json, write_records
+from loadtests.runner import Limits, run_async
+from loadtests.timeseries import timeseries
+from loadtests.traces import TraceError
+from loadtests.workload import Api, WorkloadError, builtin_workloads, load_workload
 
 
 class UsageError(Exception):
@@ -137,7 +137,7 @@ def run_loadtest(args: argparse.Namespace) -> int:
     text = markdown(cfg, summary)
     (out / "summary.md").write_text(text, encoding="utf-8")
     if not args.no_plots:
-        from .plots import latency_cdf, timeline
+        from loadtests.plots import latency_cdf, timeline
 
         latency_cdf(result.records, out / "latency_cdf.png", f"{cfg.workload.name}: latency CDF per class")
         timeline(series, out / "timeline.png", f"{cfg.workload.name}: throughput and in-flight")
@@ -148,7 +148,7 @@ def run_loadtest(args: argparse.Namespace) -> int:
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``triage bench compare``."""
-    from .compare import add_arguments
+    from loadtests.compare import add_arguments
 
     add_common_arguments(p)
     add_arguments(p)
@@ -156,7 +156,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     """``triage bench compare``: the same seeded load through direct, FIFO, short-first and oracle."""
-    from .compare import CompareError, run
+    from loadtests.compare import CompareError, run
 
     quiet_http_logs()
     started = time.perf_counter()

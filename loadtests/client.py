@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import orjson
 
-from .requests import PlannedRequest
-from .workload import Api
+from loadtests.requests import PlannedRequest
+from loadtests.workload import Api
 
 
 @dataclass(frozen=True, slots=True)

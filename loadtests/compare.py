@@ -25,24 +25,23 @@ import yaml
 
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
-from scheduler.keys import predictor_key
-
-from .arrivals import ArrivalSpec, Process
-from .client import RequestRecord, Target
-from .compare_report import ratios, run_row
-from .compare_view import print_tables, write_cdf_plot, write_markdown, write_plot
-from .datasets import PromptCatalog
-from .limit_trace import LimitSampler, write_limit_plot
-from .metrics import Warmup, summarize
-from .plan import LoadConfig, TraceReplay, execute, trace_rows
-from .progress import Progress
-from .report import write_json, write_records
-from .requests import RequestFactory
-from .runner import Limits, run_async
-from .stack import Child, SimSpec, StackError, gateway, gateway_config, simulator
-from .timeseries import timeseries
-from .traces import TraceRow
-from .workload import Workload, load_workload
+from loadtests.arrivals import ArrivalSpec, Process
+from loadtests.client import RequestRecord, Target
+from loadtests.compare_report import ratios, run_row
+from loadtests.compare_view import print_tables, write_cdf_plot, write_markdown, write_plot
+from loadtests.datasets import PromptCatalog
+from loadtests.limit_trace import LimitSampler, write_limit_plot
+from loadtests.metrics import Warmup, summarize
+from loadtests.plan import LoadConfig, TraceReplay, execute, trace_rows
+from loadtests.progress import Progress
+from loadtests.report import write_json, write_records
+from loadtests.requests import RequestFactory
+from loadtests.runner import Limits, run_async
+from loadtests.stack import Child, SimSpec, StackError, gateway, gateway_config, simulator
+from loadtests.timeseries import timeseries
+from loadtests.traces import TraceRow
+from loadtests.workload import Workload, load_workload
+from scheduler.queue.keys import predictor_key
 
 DEFAULT_MODES = ("direct", "fifo", "short_first", "oracle")
 TOO_HIGH = 16  # the *_high modes configure a limit this many times the engine's max_num_seqs
@@ -114,7 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def compare_config(args: argparse.Namespace) -> CompareConfig:
-    from .cli import UsageError, resolve_data_dir
+    from loadtests.cli import UsageError, resolve_data_dir
 
     try:
         loads = tuple(float(x) for x in args.loads.split(",") if x.strip())
@@ -146,7 +145,7 @@ _OWN_SETTINGS = frozenset({"host", "port", "redis_url", "key_prefix", "policy", 
 
 def gateway_settings(pairs: list[str]) -> dict[str, Any]:
     """``["long_share_max=0.75", ...]`` -> ``{"long_share_max": 0.75}`` (values read as YAML)."""
-    from .cli import UsageError
+    from loadtests.cli import UsageError
 
     out: dict[str, Any] = {}
     for pair in pairs:

@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.ranking import kendall_tau_b
-
-from .client import RequestRecord
-from .metrics import Summary, Warmup, percentile
+from loadtests.client import RequestRecord
+from loadtests.metrics import Summary, Warmup, percentile
+from scheduler.predictor.ranking import kendall_tau_b
 
 CLASS_RANK = {"short": 0, "medium": 1, "long": 2}
 

@@ -13,7 +13,7 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from .plots import save_figure  # noqa: E402
+from loadtests.plots import save_figure  # noqa: E402
 
 COLUMNS = (
     # header, class ("overall" for the whole run), key, scale, format

@@ -55,7 +55,7 @@ def write_limit_plot(path: Path, trajectories: dict[str, list[dict[str, Any]]], 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import save_figure
+    from loadtests.plots import save_figure
 
     runs = [(label, s) for label, s in trajectories.items() if s]
     if not runs:

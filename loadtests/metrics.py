@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .client import RequestRecord
-from .workload import Slo
+from loadtests.client import RequestRecord
+from loadtests.workload import Slo
 
 
 @dataclass(frozen=True, slots=True)

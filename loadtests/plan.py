@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .arrivals import ArrivalSpec, Process, open_loop_times
-from .client import RequestRecord, Target
-from .datasets import PromptCatalog
-from .metrics import Warmup
-from .requests import PlannedRequest, RequestFactory
-from .runner import Limits, RunResult, run_closed_loop, run_open_loop
-from .traces import TraceError, TraceRow, load_trace, window
-from .workload import Workload
+from loadtests.arrivals import ArrivalSpec, Process, open_loop_times
+from loadtests.client import RequestRecord, Target
+from loadtests.datasets import PromptCatalog
+from loadtests.metrics import Warmup
+from loadtests.requests import PlannedRequest, RequestFactory
+from loadtests.runner import Limits, RunResult, run_closed_loop, run_open_loop
+from loadtests.traces import TraceError, TraceRow, load_trace, window
+from loadtests.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
-from .client import RequestRecord  # noqa: E402
-from .timeseries import TimeSeries  # noqa: E402
+from loadtests.client import RequestRecord  # noqa: E402
+from loadtests.timeseries import TimeSeries  # noqa: E402
 
 
 def save_figure(fig: Any, path: Path, title: str, dpi: float | None = None) -> Path:

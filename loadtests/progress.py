@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from .client import RequestRecord
-from .metrics import percentile
+from loadtests.client import RequestRecord
+from loadtests.metrics import percentile
 
 
 class Progress:

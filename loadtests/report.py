@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from .client import RequestRecord
-from .metrics import Dist, GroupSummary, Summary
-from .plan import LoadConfig
-from .timeseries import TimeSeries
+from loadtests.client import RequestRecord
+from loadtests.metrics import Dist, GroupSummary, Summary
+from loadtests.plan import LoadConfig
+from loadtests.timeseries import TimeSeries
 
 SCHEMA = "triage.loadtest/1"
 

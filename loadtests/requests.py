@@ -12,9 +12,9 @@ import math
 import random
 from dataclasses import dataclass
 
-from .datasets import PromptCatalog, PromptRow, synthetic_text
-from .traces import TraceRow
-from .workload import OutputRule, RequestClass, Workload
+from loadtests.datasets import PromptCatalog, PromptRow, synthetic_text
+from loadtests.traces import TraceRow
+from loadtests.workload import OutputRule, RequestClass, Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from .client import RequestRecord, Sender, Target, cancelled
-from .requests import PlannedRequest
+from loadtests.client import RequestRecord, Sender, Target, cancelled
+from loadtests.requests import PlannedRequest
 
 T = TypeVar("T")
 

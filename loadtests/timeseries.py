@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .client import RequestRecord
+from loadtests.client import RequestRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import procstat, profiling, report
-from .relay import relay_experiment
-from .steps import StepPlan, Workload, openloop_step, roundtrip_step
-from .targets import (
+from loadtests.overhead import procstat, profiling, report
+from loadtests.overhead.relay import relay_experiment
+from loadtests.overhead.steps import StepPlan, Workload, openloop_step, roundtrip_step
+from loadtests.overhead.targets import (
     Child,
     Target,
     TargetError,

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .httpclient import Connection, Exchange, encode_request
-from .stats import summarize_ns
+from loadtests.overhead.httpclient import Connection, Exchange, encode_request
+from loadtests.overhead.stats import summarize_ns
 
 
 @dataclass(frozen=True, slots=True)

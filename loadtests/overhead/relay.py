@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .steps import Workload, relay_step
-from .targets import Target
+from loadtests.overhead.steps import Workload, relay_step
+from loadtests.overhead.targets import Target
 
 ADDED_ITL_BOUND_MS = 1.0
 

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .httpclient import Exchange
-from .openloop import Connections, LoadSpec, _cpu_s
-from .stats import summarize_ns
+from loadtests.overhead.httpclient import Exchange
+from loadtests.overhead.openloop import Connections, LoadSpec, _cpu_s
+from loadtests.overhead.stats import summarize_ns
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import procstat, redisstats
-from .targets import Target
+from loadtests.overhead import procstat, redisstats
+from loadtests.overhead.targets import Target
 
 
 @dataclass(frozen=True, slots=True)

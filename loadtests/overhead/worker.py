@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .openloop import LoadSpec, run_openloop
-from .relaytest import RelaySpec, run_relay
+from loadtests.overhead.openloop import LoadSpec, run_openloop
+from loadtests.overhead.relaytest import RelaySpec, run_relay
 
 
 async def _main(doc: dict[str, Any]) -> dict[str, Any]:

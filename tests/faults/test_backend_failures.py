@@ -12,7 +12,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.keys import PoolKeys
+from scheduler.queue.keys import PoolKeys
 from simulator.faults import FaultSettings
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator

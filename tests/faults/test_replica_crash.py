@@ -15,7 +15,7 @@ import yaml
 from redis.asyncio import Redis
 
 from gateway.embedded import free_port
-from scheduler.keys import PoolKeys
+from scheduler.queue.keys import PoolKeys
 from tests.faults.conftest import MODEL, stream_tokens
 from tests.support import eventually
 

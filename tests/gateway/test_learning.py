@@ -11,9 +11,9 @@ from redis.asyncio import Redis
 
 from gateway.app import create_app
 from gateway.settings import ConfigError, load_settings
-from scheduler.keys import predictor_key
-from scheduler.predictor import PredictorConfig
-from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor
+from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor
+from scheduler.predictor.lexical import PredictorConfig
+from scheduler.queue.keys import predictor_key
 from tests.gateway.conftest import MODEL
 from tests.scheduler.test_predictor_finetune import essays_and_yes_nos, skip_without_extra
 from tests.support import eventually

@@ -6,7 +6,7 @@ import pytest
 
 from loadtests.client import RequestRecord
 from loadtests.compare_report import classification, gateway_class, ratios
-from scheduler.ranking import kendall_tau_b
+from scheduler.predictor.ranking import kendall_tau_b
 
 
 def served(tokens: int, cls: str) -> RequestRecord:

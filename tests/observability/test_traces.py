@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway import semconv as sc
-from scheduler.keys import PoolKeys
+from scheduler.queue.keys import PoolKeys
 from tests.observability.conftest import MODEL, stream_chat
 from tests.support import eventually, running_app
 

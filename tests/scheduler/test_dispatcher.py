@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.dispatcher import Dispatcher, Grant, QueueLimits
 from scheduler.errors import DeadlineExceeded, QueueFull, Shed
-from scheduler.keys import PoolKeys
-from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing
+from scheduler.queue.dispatcher import Dispatcher, Grant, QueueLimits
+from scheduler.queue.keys import PoolKeys
+from scheduler.queue.scripts import BackendRecord, Scripts, TicketSpec, Timing
 from tests.support import eventually
 
 POOL = "m"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler import engine_metrics
-from scheduler.limits import AdaptiveLimit, EngineLoad, LimitParams
+from scheduler.backends import engine_metrics
+from scheduler.policy.limits import AdaptiveLimit, EngineLoad, LimitParams
 
 
 def limiter(initial: int = 32, **kw: object) -> AdaptiveLimit:

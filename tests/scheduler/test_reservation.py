@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from scheduler.keys import PoolKeys
-from scheduler.reservation import Reservation, ReservationParams
-from scheduler.scripts import BackendRecord, Scripts, TicketSpec, Timing, lease_record
+from scheduler.policy.reservation import Reservation, ReservationParams
+from scheduler.queue.keys import PoolKeys
+from scheduler.queue.scripts import BackendRecord, Scripts, TicketSpec, Timing, lease_record
 
 ME = "owner-1"
 

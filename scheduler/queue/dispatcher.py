@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
-from .keys import PoolKeys
-from .scripts import BackendRecord, Message, Scripts, TicketSpec, lease_record
+from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
+from scheduler.queue.keys import PoolKeys
+from scheduler.queue.scripts import BackendRecord, Message, Scripts, TicketSpec, lease_record
 
 log = logging.getLogger("triage.dispatcher")
 

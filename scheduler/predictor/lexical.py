@@ -5,7 +5,7 @@ Layers, first match wins:
 1. **Hint** - the client said (``x-triage-expected-tokens``). Trusted as given,
    only bounded by ``max_tokens``.
 2. **Learned / prior** - an online linear model of ``log(output tokens)`` over
-   hashed lexical features of the prompt (see :mod:`scheduler.features`), trained
+   hashed lexical features of the prompt (see :mod:`scheduler.predictor.features`), trained
    with AdaGrad on every completed request, plus a fast per-template correction:
    the shrunk mean residual of recent requests with the same model, tenant and
    system prompt. Before ``min_observations`` the source says PRIOR; the estimate
@@ -22,7 +22,7 @@ The upper quantile comes from a histogram of log-space residuals measured before
 each update (progressive validation), so it tracks how wrong the model really is.
 
 ``predict`` and ``observe`` are synchronous and in memory. ``push`` and ``pull``
-share the learned sums through Redis (:mod:`scheduler.predictor_store`); the
+share the learned sums through Redis (:mod:`scheduler.predictor.store`); the
 gateway calls them every few seconds from a background task.
 """
 
@@ -35,9 +35,9 @@ from typing import Any
 
 import orjson
 
-from scheduler.features import FeatureSpec, extract, template_key
-from scheduler.keys import DEFAULT_PREFIX, predictor_key
-from scheduler.predictor_store import SharedState
+from scheduler.predictor.features import FeatureSpec, extract, template_key
+from scheduler.predictor.store import SharedState
+from scheduler.queue.keys import DEFAULT_PREFIX, predictor_key
 from scheduler.types import PredictInput, Prediction, PredictionSource
 
 # Residual histogram: bins of 0.1 in log space (about 10%) from -4 to +4.

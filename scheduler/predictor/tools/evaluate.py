@@ -1,6 +1,6 @@
 """``triage predictor eval``: train the length predictor on files, score it on another.
 
-    python -m scheduler.predictor_eval --train A.jsonl B.jsonl --data C.jsonl [--json]
+    python -m scheduler.predictor.tools.evaluate --train A.jsonl B.jsonl --data C.jsonl [--json]
         [--predictor lexical|embed|finetune] [--embed-cache FILE]
         [--finetune-cap TENANT=N ...] [--finetune-set KEY=VALUE ...]
         [--finetune-save FILE | --finetune-load FILE [FILE ...]]
@@ -13,14 +13,14 @@ from it. Reported: Kendall's tau-b and Spearman between predicted and actual
 tokens, mean absolute error of log tokens, short/medium/long accuracy with its
 confusion matrix (``ClassThresholds`` defaults), and prediction latency. The
 baseline row is batch ridge regression on TF-IDF word 1-2 grams
-(:mod:`scheduler.predictor_baseline`).
+(:mod:`scheduler.predictor.tools.baseline`).
 
-``--predictor embed`` scores :class:`~scheduler.predictor_embed.EmbeddingLengthPredictor`
+``--predictor embed`` scores :class:`~scheduler.predictor.embed.EmbeddingLengthPredictor`
 (needs the ``embed`` extra). Training prompts are encoded in batches first (and kept in
 ``--embed-cache`` when given); the evaluation rows are encoded one at a time inside
 ``predict()``, as a live request would be, so the latency includes the encoder.
 
-``--predictor finetune`` scores :class:`~scheduler.predictor_finetune.FinetunedLengthPredictor`
+``--predictor finetune`` scores :class:`~scheduler.predictor.finetune.FinetunedLengthPredictor`
 (same extra): the lexical model is trained by the same replay, then MiniLM is fine-tuned
 once on the training rows (each row once per fine-tuning epoch; ``--finetune-cap``
 subsamples a tenant, GSM8K to 1,000 rows by default). ``--finetune-save`` keeps the
@@ -47,16 +47,16 @@ from pathlib import Path
 
 import orjson
 
-from scheduler.classify import Predictor
-from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_baseline import TfidfRidge
-from scheduler.predictor_embed import (
+from scheduler.policy.classify import Predictor
+from scheduler.predictor.embed import (
     EmbedConfig,
     EmbeddingLengthPredictor,
     EmbeddingUnavailable,
 )  # torch loads on first use
-from scheduler.predictor_finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
-from scheduler.ranking import kendall_tau_b, spearman
+from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
+from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
+from scheduler.predictor.ranking import kendall_tau_b, spearman
+from scheduler.predictor.tools.baseline import TfidfRidge
 from scheduler.types import ClassThresholds, LengthClass, PredictInput
 
 _CLASSES = (LengthClass.SHORT, LengthClass.MEDIUM, LengthClass.LONG)

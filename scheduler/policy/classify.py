@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .policy import PolicyName, PolicyParams, QueueOrder, order
-from .types import ClassThresholds, LengthClass, PredictInput, Prediction, PredictionSource
+from scheduler.policy.order import PolicyName, PolicyParams, QueueOrder, order
+from scheduler.types import ClassThresholds, LengthClass, PredictInput, Prediction, PredictionSource
 
 
 class Predictor(Protocol):

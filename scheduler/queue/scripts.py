@@ -14,11 +14,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .keys import PoolKeys
+from scheduler.queue.keys import PoolKeys
 
 
 def _source(name: str) -> str:
-    return (resources.files("scheduler") / "lua" / name).read_text(encoding="utf-8")
+    return (resources.files("scheduler.queue") / "lua" / name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ with several label sets (several models) is summed, usage takes the maximum.
 
 from __future__ import annotations
 
-from .limits import EngineLoad
+from scheduler.policy.limits import EngineLoad
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size")

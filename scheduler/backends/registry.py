@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 import httpx
 from redis.exceptions import RedisError
 
-from . import engine_metrics
-from .dispatcher import Dispatcher
-from .limits import AdaptiveLimit, LimitParams
-from .reservation import Reservation, ReservationParams
-from .scripts import BackendRecord
+from scheduler.backends import engine_metrics
+from scheduler.policy.limits import AdaptiveLimit, LimitParams
+from scheduler.policy.reservation import Reservation, ReservationParams
+from scheduler.queue.dispatcher import Dispatcher
+from scheduler.queue.scripts import BackendRecord
 
 log = logging.getLogger("triage.backends")
 

@@ -17,8 +17,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
-from gateway.prometheus import CONTENT_TYPE
 from gateway.state import Gateway
+from gateway.telemetry.prometheus import CONTENT_TYPE
 
 router = APIRouter()
 

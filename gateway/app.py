@@ -24,8 +24,8 @@ from gateway.proxy import Proxy
 from gateway.routes import router
 from gateway.settings import ConfigError, Settings
 from gateway.state import Gateway
-from gateway.telemetry import OtelConfig, Telemetry
-from gateway.upstream import Upstream, make_client
+from gateway.telemetry.hub import OtelConfig, Telemetry
+from gateway.upstream.client import Upstream, make_client
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.policy.classify import Classifier, Predictor, PriorPredictor
 from scheduler.policy.limits import LimitParams

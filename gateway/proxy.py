@@ -30,8 +30,8 @@ from gateway.disconnect import ClientGone, DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
 from gateway.schemas import InferenceRequest
-from gateway.tracing import BackendCall, Reply, RequestTrace
-from gateway.upstream import Upstream, UpstreamCall, UpstreamError, headers_for
+from gateway.telemetry.tracing import BackendCall, Reply, RequestTrace
+from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for
 from scheduler.backends.registry import BackendRegistry
 from scheduler.errors import SchedulerError
 from scheduler.policy.classify import Classifier, Placement

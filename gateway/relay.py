@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.disconnect import ClientGone, DisconnectWatch
 from gateway.errors import error_body
-from gateway.upstream import describe
+from gateway.upstream.client import describe
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
 # a chunk that carries generated text (a first chat chunk often has only the role)

@@ -123,7 +123,7 @@ class Settings(BaseSettings):
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     access_log: bool = False
 
-    # telemetry (exporters follow the standard OTEL_* environment; see gateway/telemetry.py)
+    # telemetry (exporters follow the standard OTEL_* environment; see gateway/telemetry/hub.py)
     trace_content: bool = False  # record prompts and completions on spans: they may hold personal data
 
     # embedded defaults (no backends configured)

@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 from gateway.auth import Authenticator
 from gateway.proxy import Proxy
 from gateway.settings import Settings
-from gateway.telemetry import Telemetry
+from gateway.telemetry.hub import Telemetry
 from scheduler.backends.registry import BackendRegistry
 from scheduler.queue.dispatcher import Dispatcher
 

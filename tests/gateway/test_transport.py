@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
-from gateway.transport import FastTransport
+from gateway.upstream.transport import FastTransport
 from tests.gateway.conftest import MODEL
 from tests.support import eventually
 

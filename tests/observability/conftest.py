@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.settings import Settings
-from gateway.telemetry import OtelConfig
+from gateway.telemetry.hub import OtelConfig
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
 from tests.support import running_app

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway import semconv as sc
+from gateway.telemetry import semconv as sc
 from scheduler.queue.keys import PoolKeys
 from tests.observability.conftest import MODEL, stream_chat
 from tests.support import eventually, running_app

@@ -28,9 +28,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from gateway import semconv as sc
-from gateway.accuracy import ratio
 from gateway.schemas import InferenceRequest
+from gateway.telemetry import semconv as sc
+from gateway.telemetry.accuracy import ratio
 from scheduler.backends.registry import BackendConfig
 from scheduler.policy.classify import Placement
 from scheduler.queue.dispatcher import Grant
@@ -39,7 +39,7 @@ from scheduler.types import PredictionSource
 
 if TYPE_CHECKING:
     from gateway.relay import StreamStats
-    from gateway.telemetry import Telemetry
+    from gateway.telemetry.hub import Telemetry
 
 
 def wall_ns(monotonic_s: float) -> int:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gateway import semconv as sc
-from gateway.accuracy import RankAccuracy
-from gateway.instruments import Key, Registry
+from gateway.telemetry import semconv as sc
+from gateway.telemetry.accuracy import RankAccuracy
+from gateway.telemetry.instruments import Key, Registry
 from scheduler.backends.registry import BackendRegistry, Health
 from scheduler.queue.depth import QueueDepth
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from gateway.transport import FastTransport
+from gateway.upstream.transport import FastTransport
 from scheduler.backends.registry import BackendConfig
 
 

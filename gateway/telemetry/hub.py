@@ -28,13 +28,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from redis.asyncio import Redis
 from starlette.datastructures import Headers
 
-from gateway import semconv as sc
-from gateway.accuracy import RankAccuracy
-from gateway.metrics import Instruments
-from gateway.otlp_metrics import OtlpMetrics
-from gateway.prometheus import render
-from gateway.stats import WindowStats
-from gateway.tracing import RequestTrace
+from gateway.telemetry import semconv as sc
+from gateway.telemetry.accuracy import RankAccuracy
+from gateway.telemetry.metrics import Instruments
+from gateway.telemetry.otlp import OtlpMetrics
+from gateway.telemetry.prometheus import render
+from gateway.telemetry.stats import WindowStats
+from gateway.telemetry.tracing import RequestTrace
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.queue.depth import QueueDepth
 

@@ -28,10 +28,10 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from gateway import semconv as sc
-from gateway.instruments import Counter, Instrument, Key, Registry
-from gateway.instruments import Gauge as GaugeInstrument
-from gateway.instruments import Histogram as HistogramInstrument
+from gateway.telemetry import semconv as sc
+from gateway.telemetry.instruments import Counter, Instrument, Key, Registry
+from gateway.telemetry.instruments import Gauge as GaugeInstrument
+from gateway.telemetry.instruments import Histogram as HistogramInstrument
 
 log = logging.getLogger("triage.telemetry")
 _CUMULATIVE = AggregationTemporality.CUMULATIVE

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.instruments import Counter, Gauge, Histogram, Instrument, Key, Registry
+from gateway.telemetry.instruments import Counter, Gauge, Histogram, Instrument, Key, Registry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _UNITS = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "1": ""}

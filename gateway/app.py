@@ -27,17 +27,18 @@ from gateway.state import Gateway
 from gateway.telemetry.hub import OtelConfig, Telemetry
 from gateway.upstream.client import Upstream, make_client
 from scheduler.backends.registry import BackendConfig, BackendRegistry
-from scheduler.policy.classify import Classifier, Predictor, PriorPredictor
+from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams
 from scheduler.policy.reservation import ReservationParams
 from scheduler.predictor.embed import EmbeddingUnavailable
 from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
 from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
+from scheduler.predictor.prior import PriorPredictor
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
-from scheduler.types import ClassThresholds
+from scheduler.types import ClassThresholds, Predictor
 
 
 def backend_configs(settings: Settings) -> list[BackendConfig]:

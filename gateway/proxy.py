@@ -34,10 +34,9 @@ from gateway.telemetry.tracing import BackendCall, Reply, RequestTrace
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for
 from scheduler.backends.registry import BackendRegistry
 from scheduler.errors import SchedulerError
-from scheduler.policy.classify import Classifier, Placement
-from scheduler.queue.dispatcher import Dispatcher, Grant
-from scheduler.queue.scripts import TicketSpec
-from scheduler.types import LengthClass, PredictInput
+from scheduler.policy.classify import Classifier
+from scheduler.queue.dispatcher import Dispatcher
+from scheduler.types import Grant, LengthClass, Placement, PredictInput, Ticket
 
 
 class StillQueued(Exception):
@@ -86,7 +85,7 @@ class Exchange:
 
     def __init__(
         self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, inp: PredictInput,
-        placement: Placement, spec: TicketSpec, pool: str,
+        placement: Placement, spec: Ticket, pool: str,
     ) -> None:
         self.proxy, self.req, self.ctx, self.inp, self.placement = proxy, req, ctx, inp, placement
         self.spec, self.pool = spec, pool
@@ -97,7 +96,7 @@ class Exchange:
         self.reply: Reply | None = None  # usage and timing of the answer, once known
         self._finished = False
 
-    def again(self, spec: TicketSpec) -> Exchange:
+    def again(self, spec: Ticket) -> Exchange:
         """A fresh exchange for a retry of the same request."""
         return Exchange(self.proxy, self.req, self.ctx, self.inp, self.placement, spec, self.pool)
 
@@ -209,7 +208,7 @@ class Proxy:
         else:
             placement = self.classifier.place(inp, ctx.tier, ctx.oracle_tokens)
         restricted = placement.cls is LengthClass.LONG or ctx.tier != self._open_tier
-        spec = TicketSpec(
+        spec = Ticket(
             id=ctx.request_id, model=req.model, tenant=ctx.principal.tenant, cls=placement.cls.value,
             predicted=int(placement.prediction.tokens), timeout_s=ctx.timeout_s, tier=ctx.tier,
             slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,

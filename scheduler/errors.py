@@ -9,22 +9,24 @@
      │    └── Shed           pushed out for more urgent work -> 429
      └── SchedulerUnavailable   Redis cannot be reached -> 503
 
-``outcome`` is a low-cardinality label for metrics.
+``outcome`` is a low-cardinality label for metrics (``types.Outcome``).
 """
 
 from __future__ import annotations
 
+from scheduler.types import Outcome
+
 
 class SchedulerError(Exception):
-    outcome = "error"
+    outcome: Outcome = Outcome.ERROR
 
 
 class Rejected(SchedulerError):
-    outcome = "rejected"
+    outcome: Outcome = Outcome.REJECTED
 
 
 class QueueFull(Rejected):
-    outcome = "queue_full"
+    outcome: Outcome = Outcome.QUEUE_FULL
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
@@ -32,19 +34,19 @@ class QueueFull(Rejected):
 
 
 class NoBackend(Rejected):
-    outcome = "no_backend"
+    outcome: Outcome = Outcome.NO_BACKEND
 
 
 class Evicted(SchedulerError):
-    outcome = "evicted"
+    outcome: Outcome = Outcome.EVICTED
 
 
 class DeadlineExceeded(Evicted):
-    outcome = "deadline"
+    outcome: Outcome = Outcome.DEADLINE
 
 
 class Shed(Evicted):
-    outcome = "shed"
+    outcome: Outcome = Outcome.SHED
 
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
@@ -52,4 +54,4 @@ class Shed(Evicted):
 
 
 class SchedulerUnavailable(SchedulerError):
-    outcome = "unavailable"
+    outcome: Outcome = Outcome.UNAVAILABLE

@@ -32,10 +32,7 @@ from gateway.schemas import InferenceRequest
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.accuracy import ratio
 from scheduler.backends.registry import BackendConfig
-from scheduler.policy.classify import Placement
-from scheduler.queue.dispatcher import Grant
-from scheduler.queue.scripts import TicketSpec
-from scheduler.types import PredictionSource
+from scheduler.types import Grant, Placement, PredictionSource, Ticket
 
 if TYPE_CHECKING:
     from gateway.relay import StreamStats
@@ -111,7 +108,7 @@ class RequestTrace:
         self._ended = False
 
     # -- the scheduler's part ------------------------------------------------------------
-    def enqueued(self, req: InferenceRequest, placement: Placement, spec: TicketSpec, pool: str) -> None:
+    def enqueued(self, req: InferenceRequest, placement: Placement, spec: Ticket, pool: str) -> None:
         self._req, self.cls = req, spec.cls
         self._predicted = (placement.prediction.tokens, placement.prediction.source)
         self.model = req.model

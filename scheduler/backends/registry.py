@@ -28,7 +28,7 @@ from scheduler.backends import engine_metrics
 from scheduler.policy.limits import AdaptiveLimit, LimitParams
 from scheduler.policy.reservation import Reservation, ReservationParams
 from scheduler.queue.dispatcher import Dispatcher
-from scheduler.queue.scripts import BackendRecord
+from scheduler.types import BackendRecord
 
 log = logging.getLogger("triage.backends")
 

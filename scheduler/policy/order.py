@@ -15,6 +15,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from scheduler.types import QueueOrder
+
 
 class PolicyName(enum.StrEnum):
     FIFO = "fifo"
@@ -32,15 +34,6 @@ class PolicyParams:
     # extra delay per tier; the first tier (interactive) gets none
     tier_offsets_s: dict[str, float] = field(default_factory=lambda: {"interactive": 0.0, "batch": 60.0})
     tenant_weights: dict[str, float] = field(default_factory=dict)  # default weight 1
-
-
-@dataclass(frozen=True, slots=True)
-class QueueOrder:
-    """What a policy decides for one ticket."""
-
-    slack_s: float  # how long later arrivals may overtake it (before the cap)
-    tier_offset_s: float  # added after the cap: tiers are a separate, explicit order
-    cost_s: float  # predicted service, over the tenant's weight: advances its fair-share clock
 
 
 def _cost(predicted_tokens: float, tenant: str, params: PolicyParams) -> float:

@@ -17,8 +17,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -26,19 +25,11 @@ from redis.exceptions import RedisError
 
 from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.scripts import BackendRecord, Message, Scripts, TicketSpec, lease_record
+from scheduler.queue.records import pack_lease, parse_message
+from scheduler.queue.scripts import Scripts
+from scheduler.types import BackendRecord, Grant, Lease, Message, MessageKind, Ticket
 
 log = logging.getLogger("triage.dispatcher")
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """A backend slot held for one ticket until released."""
-
-    ticket: str  # also the lease id
-    pool: str
-    backend: str
-    queued_s: float  # enqueue -> grant, measured by the owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +54,7 @@ class DrainRate:
 
 @dataclass(slots=True)
 class _Waiter:
-    spec: TicketSpec
+    spec: Ticket
     pool: str
     future: asyncio.Future[Grant]
     started: float
@@ -107,7 +98,6 @@ class Dispatcher:
         self._drain = {p: DrainRate() for p in self._keys}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
-        self.on_grant: Callable[[Grant], None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -123,9 +113,6 @@ class Dispatcher:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
 
-    def keys(self, pool: str) -> PoolKeys:
-        return self._keys[pool]
-
     @property
     def queued_here(self) -> int:
         return len(self._waiters)
@@ -134,19 +121,11 @@ class Dispatcher:
         return dict(self._held[pool])
 
     # -- the request path ----------------------------------------------------------
-    @asynccontextmanager
-    async def slot(self, spec: TicketSpec, pool: str) -> AsyncIterator[Grant]:
-        grant = await self.acquire(spec, pool)
-        try:
-            yield grant
-        finally:
-            self.release_soon(grant)
-
-    async def acquire(self, spec: TicketSpec, pool: str) -> Grant:
+    async def acquire(self, spec: Ticket, pool: str) -> Grant:
         future = await self.submit(spec, pool)
         return await self.wait(spec, pool, future)
 
-    async def submit(self, spec: TicketSpec, pool: str) -> asyncio.Future[Grant]:
+    async def submit(self, spec: Ticket, pool: str) -> asyncio.Future[Grant]:
         """Enqueue (one round trip). The future is already done when the script's own
         reply decided the ticket; otherwise ``wait`` for it."""
         loop = asyncio.get_running_loop()
@@ -159,7 +138,7 @@ class Dispatcher:
             raise
         return waiter.future
 
-    async def wait(self, spec: TicketSpec, pool: str, future: asyncio.Future[Grant]) -> Grant:
+    async def wait(self, spec: Ticket, pool: str, future: asyncio.Future[Grant]) -> Grant:
         """The grant for a submitted ticket; cancelling the wait withdraws the ticket."""
         if future.done() and not future.cancelled() and future.exception() is None:
             return future.result()  # granted in the enqueue's reply
@@ -249,24 +228,22 @@ class Dispatcher:
 
     def _deliver(self, pool: str, messages: list[Message]) -> None:
         for msg in messages:
-            if msg.kind == "G" and msg.ticket in self._held[pool]:
+            if msg.kind is MessageKind.GRANT and msg.ticket in self._held[pool]:
                 continue  # told twice (a retried call's answer and the inbox): one lease
             waiter = self._waiters.pop(msg.ticket, None)
-            if msg.kind == "G":
+            if msg.kind is MessageKind.GRANT:
                 spec = waiter.spec if waiter is not None else None
-                self._held[pool][msg.ticket] = lease_record(
+                self._held[pool][msg.ticket] = pack_lease(Lease(
                     msg.detail, self.owner, spec.predicted if spec else 0, bool(spec and spec.restricted),
                     msg.borrowed,
-                )
+                ))
                 if waiter is None or waiter.future.done():
                     # its client left while the grant was on its way
                     self.release_soon(Grant(msg.ticket, pool, msg.detail, 0.0))
                     continue
                 grant = Grant(msg.ticket, pool, msg.detail, time.monotonic() - waiter.started)
                 waiter.future.set_result(grant)
-                if self.on_grant is not None:
-                    self.on_grant(grant)
-            elif msg.kind == "E" and waiter is not None and not waiter.future.done():
+            elif msg.kind is MessageKind.EVICT and waiter is not None and not waiter.future.done():
                 waiter.future.set_exception(_eviction(msg.detail))
 
     async def _withdraw(self, ticket: str, pool: str) -> bool:
@@ -316,7 +293,7 @@ class Dispatcher:
                 await asyncio.sleep(0.5)
                 continue
             if item is not None:
-                self._deliver(pool, [Message.parse(item[1])])
+                self._deliver(pool, [parse_message(item[1])])
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -8,7 +8,7 @@ are shared inside a pool and never across pools (see ``backends.pools_of``).
 key                                    type    meaning                                           owner
 =====================================  ======  ================================================  =========
 ``P:queue``                            zset    ticket id -> score (virtual deadline, seconds)    scripts
-``P:tickets``                          hash    ticket id -> packed ticket (see scripts.py)       scripts
+``P:tickets``                          hash    ticket id -> packed ticket (see records.py)       scripts
 ``P:cap``                              hash    backend -> current concurrency limit              replicas
 ``P:busy``                             hash    backend -> leases held now                        scripts
 ``P:work``                             hash    backend -> predicted tokens of its leases         scripts
@@ -22,7 +22,7 @@ key                                    type    meaning                          
 ``P:down``                             set     backends taken out by health checks               replicas
 ``P:serves:<model>``                   set     backends that serve this model                    replicas
 ``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
-``P:lease``                            hash    lease id -> "backend|owner|..." (see scripts.py)  scripts
+``P:lease``                            hash    lease id -> packed lease (see records.py)         scripts
 ``P:owners``                           zset    replica id -> heartbeat expiry                    scripts
 ``P:owned:<owner>``                    set     lease ids granted to one replica                  scripts
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
@@ -45,9 +45,20 @@ from dataclasses import dataclass
 DEFAULT_PREFIX = "triage"
 
 
+class _Key:
+    """A key of a pool with a fixed name: ``P:<suffix>``."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    def __get__(self, keys: PoolKeys, owner: type | None = None) -> str:
+        return f"{keys.base}:{self.suffix}"
+
+
 @dataclass(frozen=True, slots=True)
 class PoolKeys:
-    """The keys of one pool. ``base`` is passed to Lua, which builds the rest the same way."""
+    """The keys of one pool, each named here once. ``base`` is passed to Lua, whose
+    ``pool_keys`` (``lua/_dispatch.lua``) builds the same names (a test holds them equal)."""
 
     prefix: str
     pool: str
@@ -56,70 +67,48 @@ class PoolKeys:
     def base(self) -> str:
         return f"{self.prefix}:{{{self.pool}}}"
 
-    @property
-    def queue(self) -> str:
-        return f"{self.base}:queue"
-
-    @property
-    def tickets(self) -> str:
-        return f"{self.base}:tickets"
-
-    @property
-    def cap(self) -> str:
-        return f"{self.base}:cap"
-
-    @property
-    def busy(self) -> str:
-        return f"{self.base}:busy"
-
-    @property
-    def borrowed(self) -> str:
-        return f"{self.base}:borrowed"
-
-    @property
-    def lbusy(self) -> str:
-        return f"{self.base}:lbusy"
-
-    @property
-    def down(self) -> str:
-        return f"{self.base}:down"
+    queue = _Key("queue")
+    tickets = _Key("tickets")
+    cap = _Key("cap")
+    busy = _Key("busy")
+    work = _Key("work")
+    weight = _Key("weight")
+    speed = _Key("speed")
+    lcap = _Key("lcap")
+    lbusy = _Key("lbusy")
+    borrow = _Key("borrow")
+    borrowed = _Key("borrowed")
+    quiet = _Key("quiet")
+    down = _Key("down")
+    leases = _Key("leases")
+    lease = _Key("lease")
+    owners = _Key("owners")
+    tenant_vfinish = _Key("tenant:vfinish")
+    tenant_queued = _Key("tenant:queued")
+    stats = _Key("stats")
+    epoch = _Key("epoch")
 
     def serves(self, model: str) -> str:
         return f"{self.base}:serves:{model}"
 
-    @property
-    def leases(self) -> str:
-        return f"{self.base}:leases"
-
-    @property
-    def lease(self) -> str:
-        return f"{self.base}:lease"
-
-    @property
-    def owners(self) -> str:
-        return f"{self.base}:owners"
+    def owned(self, owner: str) -> str:
+        return f"{self.base}:owned:{owner}"
 
     def inbox(self, owner: str) -> str:
         return f"{self.base}:inbox:{owner}"
 
-    def owned(self, owner: str) -> str:
-        return f"{self.base}:owned:{owner}"
+    def names(self, key: str) -> bool:
+        """Is ``key`` one of this pool's keys?"""
+        if not key.startswith(self.base + ":"):
+            return False
+        rest = key[len(self.base) + 1 :]
+        head, _, name = rest.partition(":")
+        return rest in FIXED.values() or (head in NAMED and bool(name))
 
-    @property
-    def tenant_vfinish(self) -> str:
-        return f"{self.base}:tenant:vfinish"
 
-    @property
-    def tenant_queued(self) -> str:
-        return f"{self.base}:tenant:queued"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.base}:stats"
-
-    @property
-    def epoch(self) -> str:
-        return f"{self.base}:epoch"
+# attribute -> suffix of every fixed-name key; and the keys named by one more name
+FIXED = {name: key.suffix for name, key in vars(PoolKeys).items() if isinstance(key, _Key)}
+NAMED = ("serves", "owned", "inbox")
 
 
 def predictor_key(name: str = "default", prefix: str = DEFAULT_PREFIX) -> str:

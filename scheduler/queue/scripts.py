@@ -1,8 +1,8 @@
 """One typed wrapper per Lua script. The only module that knows the scripts' ARGV order.
 
-Scripts live in ``scheduler/lua/``; ``_dispatch.lua`` holds the functions shared by
-every script that can grant work and is prepended to them, so each call is one
-atomic unit. redis-py's ``Script`` runs them by SHA and reloads them by itself
+Scripts live in ``lua/``; ``_dispatch.lua`` holds what every script shares (the pool's
+key names, the record formats, taking and giving back a slot, the dispatch itself)
+and is prepended to each, so each call is one atomic unit. redis-py's ``Script`` runs them by SHA and reloads them by itself
 after a Redis restart (NOSCRIPT).
 """
 
@@ -15,6 +15,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import parse_message
+from scheduler.types import BackendRecord, Message, Ticket
 
 
 def _source(name: str) -> str:
@@ -22,66 +24,10 @@ def _source(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
-    """What a script tells a replica about one of its tickets."""
-
-    kind: str  # "G" granted, "E" evicted
-    ticket: str
-    detail: str  # the backend for a grant, the reason for an eviction
-    borrowed: bool = False  # a grant of a slot reserved for open (short) work
-
-    @classmethod
-    def parse(cls, raw: bytes | str) -> Message:
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        parts = text.split("|")
-        return cls(parts[0], parts[1], parts[2], len(parts) > 3 and parts[3] == "1")
-
-
-@dataclass(frozen=True, slots=True)
 class EnqueueResult:
     status: int  # 1 queued, -1 pool queue full, -2 tenant queue full
     queue_len: int
     messages: list[Message]
-
-
-@dataclass(frozen=True, slots=True)
-class TicketSpec:
-    """The fields of a ticket that go to Redis (never the prompt)."""
-
-    id: str
-    model: str
-    tenant: str
-    cls: str
-    predicted: int
-    timeout_s: float  # 0: no deadline
-    tier: str
-    slack_s: float  # see policy.QueueOrder
-    tier_offset_s: float = 0.0
-    cost_s: float = 0.0
-    avoid: str = ""  # a backend not to use: it just failed this request
-    restricted: bool = False  # long or batch work: may hold only its share of a backend
-
-
-@dataclass(frozen=True, slots=True)
-class BackendRecord:
-    """What the pool's Redis keys hold about one backend."""
-
-    name: str
-    limit: int  # concurrency limit now
-    down: bool = False
-    models: tuple[str, ...] = ()
-    weight: float = 1.0  # routing weight
-    speed: float = 0.0  # measured decode tokens/s; 0: unknown
-    long_cap: int | None = None  # slots restricted (long/batch) work may hold; None: all
-    borrow: int = 0  # extra slots restricted work may borrow while open work is quiet
-
-    def __post_init__(self) -> None:
-        if self.long_cap is None:
-            object.__setattr__(self, "long_cap", self.limit)
-
-
-def lease_record(backend: str, owner: str, predicted: int, restricted: bool, borrowed: bool) -> str:
-    return f"{backend}|{owner}|{predicted}|{1 if restricted else 0}|{1 if borrowed else 0}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +55,7 @@ class Scripts:
         return [me, t.lease_ttl_s, t.owner_ttl_s, t.max_scan]
 
     async def enqueue(
-        self, keys: PoolKeys, me: str, ticket: TicketSpec, max_queue: int, max_tenant_queue: int
+        self, keys: PoolKeys, me: str, ticket: Ticket, max_queue: int, max_tenant_queue: int
     ) -> EnqueueResult:
         t = self._timing
         raw = await self._enqueue(
@@ -121,14 +67,14 @@ class Scripts:
                 ticket.avoid, 1 if ticket.restricted else 0,
             ],
         )
-        return EnqueueResult(int(raw[0]), int(raw[1]), [Message.parse(m) for m in raw[2:]])
+        return EnqueueResult(int(raw[0]), int(raw[1]), [parse_message(m) for m in raw[2:]])
 
     async def release(self, keys: PoolKeys, me: str, lease: str) -> list[Message]:
         t = self._timing
         raw = await self._release(
             keys=[keys.base], args=[me, lease, t.lease_ttl_s, t.owner_ttl_s, t.max_scan]
         )
-        return [Message.parse(m) for m in raw]
+        return [parse_message(m) for m in raw]
 
     async def cancel(self, keys: PoolKeys, ticket: str) -> bool:
         return bool(await self._cancel(keys=[keys.base], args=[ticket]))
@@ -143,7 +89,7 @@ class Scripts:
             args += [lease, record]
         raw = await self._heartbeat(keys=[keys.base], args=args)
         epoch = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
-        return epoch, int(raw[1]), [Message.parse(m) for m in raw[2:]]
+        return epoch, int(raw[1]), [parse_message(m) for m in raw[2:]]
 
     async def set_backend(self, keys: PoolKeys, me: str, backend: BackendRecord) -> list[Message]:
         b = backend
@@ -151,4 +97,4 @@ class Scripts:
             b.name, b.limit, 1 if b.down else 0, b.weight, b.speed, b.long_cap, b.borrow, *b.models,
         ]
         raw = await self._backend(keys=[keys.base], args=args)
-        return [Message.parse(m) for m in raw]
+        return [parse_message(m) for m in raw]

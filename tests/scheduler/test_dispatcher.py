@@ -10,16 +10,17 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.errors import DeadlineExceeded, QueueFull, Shed
-from scheduler.queue.dispatcher import Dispatcher, Grant, QueueLimits
+from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.scripts import BackendRecord, Scripts, TicketSpec, Timing
+from scheduler.queue.scripts import Scripts, Timing
+from scheduler.types import BackendRecord, Grant, Ticket
 from tests.support import eventually
 
 POOL = "m"
 
 
-def spec(slack: float = 0.0, timeout: float = 0.0, tenant: str = "default") -> TicketSpec:
-    return TicketSpec(uuid.uuid4().hex, "m", tenant, "short", 10, timeout, "interactive", slack)
+def spec(slack: float = 0.0, timeout: float = 0.0, tenant: str = "default") -> Ticket:
+    return Ticket(uuid.uuid4().hex, "m", tenant, "short", 10, timeout, "interactive", slack)
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ async def test_release_grants_next_in_score_order(make, redis, prefix) -> None:
     first = await d.acquire(spec(), POOL)
     order: list[str] = []
 
-    async def wait(s: TicketSpec, label: str) -> Grant:
+    async def wait(s: Ticket, label: str) -> Grant:
         g = await d.acquire(s, POOL)
         order.append(label)
         d.release_soon(g)

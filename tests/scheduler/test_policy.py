@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.policy.order import PolicyName, PolicyParams, QueueOrder, order
+from scheduler.policy.order import PolicyName, PolicyParams, order
+from scheduler.types import QueueOrder
 
 P = PolicyParams(max_slack_s=30.0, slack_per_token_s=0.02, tier_offsets_s={"interactive": 0.0, "batch": 60.0})
 

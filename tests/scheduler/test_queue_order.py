@@ -22,7 +22,8 @@ from scheduler.errors import Shed
 from scheduler.policy.order import PolicyName, PolicyParams, order
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.scripts import BackendRecord, Scripts, TicketSpec, Timing
+from scheduler.queue.scripts import Scripts, Timing
+from scheduler.types import BackendRecord, Ticket
 from tests.support import eventually
 
 ME = "owner-1"
@@ -35,9 +36,9 @@ async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def ticket(tid: str, tokens: int, tenant: str, params: PolicyParams, tier: str = "interactive") -> TicketSpec:
+def ticket(tid: str, tokens: int, tenant: str, params: PolicyParams, tier: str = "interactive") -> Ticket:
     o = order(PolicyName.SHORT_FIRST, tokens, tier, tenant, params)
-    return TicketSpec(tid, "m", tenant, "c", tokens, 0.0, tier, o.slack_s, o.tier_offset_s, o.cost_s)
+    return Ticket(tid, "m", tenant, "c", tokens, 0.0, tier, o.slack_s, o.tier_offset_s, o.cost_s)
 
 
 async def drain_one_at_a_time(scripts: Scripts, keys: PoolKeys, n: int) -> list[str]:

@@ -12,7 +12,9 @@ from redis.asyncio import Redis
 
 from scheduler.policy.reservation import Reservation, ReservationParams
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.scripts import BackendRecord, Scripts, TicketSpec, Timing, lease_record
+from scheduler.queue.records import pack_lease
+from scheduler.queue.scripts import Scripts, Timing
+from scheduler.types import BackendRecord, Lease, Ticket
 
 ME = "owner-1"
 
@@ -24,9 +26,9 @@ async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def spec(long: bool, slack: float) -> TicketSpec:
+def spec(long: bool, slack: float) -> Ticket:
     cls = "long" if long else "short"
-    return TicketSpec(uuid.uuid4().hex[:12], "m", "t", cls, 2000 if long else 20, 0.0, "interactive", slack,
+    return Ticket(uuid.uuid4().hex[:12], "m", "t", cls, 2000 if long else 20, 0.0, "interactive", slack,
                       restricted=long)
 
 
@@ -135,7 +137,7 @@ async def test_long_work_borrows_only_while_short_work_is_quiet(redis: Redis) ->
     for _ in range(4):
         granted += (await scripts.enqueue(keys, ME, spec(True, 10), 0, 0)).messages
     assert len(granted) == 2  # not quiet: the reserve stays free
-    held = {m.ticket: lease_record(m.detail, ME, 2000, True, m.borrowed) for m in granted}
+    held = {m.ticket: pack_lease(Lease(m.detail, ME, 2000, True, m.borrowed)) for m in granted}
     quiet = await scripts.heartbeat(keys, ME, held, quiet=True)
     assert [m.borrowed for m in quiet[2]] == [True]  # one borrowed slot, no more
     busy, lbusy = await lease_counts(redis, keys)

@@ -47,7 +47,6 @@ from pathlib import Path
 
 import orjson
 
-from scheduler.policy.classify import Predictor
 from scheduler.predictor.embed import (
     EmbedConfig,
     EmbeddingLengthPredictor,
@@ -57,7 +56,7 @@ from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredicto
 from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
 from scheduler.predictor.ranking import kendall_tau_b, spearman
 from scheduler.predictor.tools.baseline import TfidfRidge
-from scheduler.types import ClassThresholds, LengthClass, PredictInput
+from scheduler.types import ClassThresholds, LengthClass, PredictInput, Predictor
 
 _CLASSES = (LengthClass.SHORT, LengthClass.MEDIUM, LengthClass.LONG)
 

@@ -1,15 +1,30 @@
--- Shared by every script that can free capacity or queue work (enqueue, release,
--- heartbeat, backend). It is prepended to those scripts by scripts.py, so each
--- script stays one atomic unit: sweep, then grant as much as capacity allows.
+-- Shared by every script (enqueue, release, cancel, heartbeat, backend). scripts.py
+-- prepends it to each, so each script stays one atomic unit: sweep, then grant as
+-- much as capacity allows.
 --
--- Ticket in P:tickets (fields joined by "|"):
---   owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted
---   avoid: a backend not to use (a retry after it failed); restricted: 1 for long or
---   batch work, which may hold only P:lcap[backend] slots of a backend (reservation).
--- Lease in P:lease: backend|owner|predicted|restricted|borrowed; its id is also in
---   P:owned:<owner>, so a replica can find grants it was never told of.
--- Grant message pushed to P:inbox:<owner>:  "G|<ticket>|<backend>|<borrowed 0/1>"
--- Eviction message:                        "E|<ticket>|<reason>"
+-- Keys: pool_keys(KEYS[1]) names every key of a pool, once (keys.py builds the same
+-- names; a test holds the two equal). Formats (records.py has the table; a test holds
+-- the two equal):
+--   ticket in K.tickets: owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted
+--   lease in K.lease:    backend|owner|predicted|restricted|borrowed; its id is also in
+--                        K.owned(owner), so a replica can find grants it was never told of
+--   grant message:       G|<ticket>|<backend>|<borrowed 0/1>
+--   eviction message:    E|<ticket>|<reason>
+
+local function pool_keys(base)
+  return {
+    queue = base .. ':queue', tickets = base .. ':tickets',
+    cap = base .. ':cap', busy = base .. ':busy', work = base .. ':work', weight = base .. ':weight',
+    speed = base .. ':speed', lcap = base .. ':lcap', lbusy = base .. ':lbusy', borrow = base .. ':borrow',
+    borrowed = base .. ':borrowed', quiet = base .. ':quiet', down = base .. ':down',
+    leases = base .. ':leases', lease = base .. ':lease', owners = base .. ':owners',
+    tenant_vfinish = base .. ':tenant:vfinish', tenant_queued = base .. ':tenant:queued',
+    stats = base .. ':stats', epoch = base .. ':epoch',
+    serves = function(model) return base .. ':serves:' .. model end,
+    owned = function(owner) return base .. ':owned:' .. owner end,
+    inbox = function(owner) return base .. ':inbox:' .. owner end,
+  }
+end
 
 local function now_s()
   local t = redis.call('TIME')
@@ -26,6 +41,17 @@ local function fields(packed)
   return f
 end
 
+local function flag(b)
+  return b and '1' or '0'
+end
+
+-- -- formats ---------------------------------------------------------------------------
+
+local function pack_ticket(t)
+  return table.concat({t.owner, t.model, t.tenant, t.class, t.predicted, t.deadline, t.arrival,
+                       t.tier, t.avoid, flag(t.restricted)}, '|')
+end
+
 local function parse_ticket(packed)
   local f = fields(packed)
   return {owner = f[1], model = f[2], tenant = f[3], class = f[4],
@@ -34,52 +60,82 @@ local function parse_ticket(packed)
           restricted = f[10] == '1'}
 end
 
--- The grant message of an existing lease (told again: a reply carrying it was lost).
-local function grant_message(lid, record)
-  local f = fields(record)
-  return 'G|' .. lid .. '|' .. f[1] .. '|' .. f[5]
+local function pack_lease(l)
+  return table.concat({l.backend, l.owner, l.predicted, flag(l.restricted), flag(l.borrowed)}, '|')
 end
 
--- Give back the slot a lease holds, with its share of outstanding work.
-local function drop_lease(base, lid)
-  local info = redis.call('HGET', base .. ':lease', lid)
-  redis.call('ZREM', base .. ':leases', lid)
-  if not info then
+local function parse_lease(record)
+  local f = fields(record)
+  return {backend = f[1], owner = f[2], predicted = tonumber(f[3]) or 0,
+          restricted = f[4] == '1', borrowed = f[5] == '1'}
+end
+
+local function grant_message(lid, l)
+  return 'G|' .. lid .. '|' .. l.backend .. '|' .. flag(l.borrowed)
+end
+
+local function evict_message(tid, reason)
+  return 'E|' .. tid .. '|' .. reason
+end
+
+-- -- leases: the one place a slot is taken or given back -------------------------------
+
+-- Record lease `lid` and count its slot (with its share of outstanding work) on its
+-- backend. `expiry`: when it lapses unless renewed.
+local function add_lease(K, lid, l, expiry)
+  redis.call('HSET', K.lease, lid, pack_lease(l))
+  redis.call('ZADD', K.leases, expiry, lid)
+  redis.call('SADD', K.owned(l.owner), lid)
+  redis.call('HINCRBY', K.busy, l.backend, 1)
+  redis.call('HINCRBYFLOAT', K.work, l.backend, l.predicted)
+  if l.restricted then
+    redis.call('HINCRBY', K.lbusy, l.backend, 1)
+  end
+  if l.borrowed then
+    redis.call('HINCRBY', K.borrowed, l.backend, 1)
+  end
+end
+
+-- Give back the slot a lease holds. Only a lease that still exists holds one, so
+-- dropping twice frees it once. Returns whether it existed.
+local function drop_lease(K, lid)
+  local record = redis.call('HGET', K.lease, lid)
+  redis.call('ZREM', K.leases, lid)
+  if not record then
     return false
   end
-  redis.call('HDEL', base .. ':lease', lid)
-  local f = fields(info)
-  local backend = f[1]
-  redis.call('SREM', base .. ':owned:' .. f[2], lid)
-  redis.call('HINCRBY', base .. ':busy', backend, -1)
-  redis.call('HINCRBYFLOAT', base .. ':work', backend, -(tonumber(f[3]) or 0))
-  if f[4] == '1' then
-    redis.call('HINCRBY', base .. ':lbusy', backend, -1)
+  local l = parse_lease(record)
+  redis.call('HDEL', K.lease, lid)
+  redis.call('SREM', K.owned(l.owner), lid)
+  redis.call('HINCRBY', K.busy, l.backend, -1)
+  redis.call('HINCRBYFLOAT', K.work, l.backend, -l.predicted)
+  if l.restricted then
+    redis.call('HINCRBY', K.lbusy, l.backend, -1)
   end
-  if f[5] == '1' then
-    redis.call('HINCRBY', base .. ':borrowed', backend, -1)
+  if l.borrowed then
+    redis.call('HINCRBY', K.borrowed, l.backend, -1)
   end
   return true
 end
 
 -- Expired leases (their owner stopped renewing) give their slot back.
-local function sweep_leases(base, now)
-  local dead = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now)
+local function sweep_leases(K, now)
+  local dead = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now)
   for _, lid in ipairs(dead) do
-    drop_lease(base, lid)
+    drop_lease(K, lid)
   end
   return #dead
 end
 
-local function drop_ticket(base, tid, t)
-  redis.call('ZREM', base .. ':queue', tid)
-  redis.call('HDEL', base .. ':tickets', tid)
+local function drop_ticket(K, tid, t)
+  redis.call('ZREM', K.queue, tid)
+  redis.call('HDEL', K.tickets, tid)
   if t then
-    if redis.call('HINCRBY', base .. ':tenant:queued', t.tenant, -1) <= 0 then
-      redis.call('HDEL', base .. ':tenant:queued', t.tenant)
+    if redis.call('HINCRBY', K.tenant_queued, t.tenant, -1) <= 0 then
+      redis.call('HDEL', K.tenant_queued, t.tenant)
     end
     if not t.restricted then
-      redis.call('HINCRBY', base .. ':stats', 'queued_open', -1)
+      redis.call('HINCRBY', K.stats, 'queued_open', -1)
     end
   end
 end
@@ -102,18 +158,18 @@ local function hash_table(key)
 end
 
 -- The state of every live backend with a free slot: name -> {free, busy, work, ...}.
-local function backend_states(base)
-  local caps = hash_table(base .. ':cap')
-  local busy = hash_table(base .. ':busy')
-  local work = hash_table(base .. ':work')
-  local speed = hash_table(base .. ':speed')
-  local weight = hash_table(base .. ':weight')
-  local lcap = hash_table(base .. ':lcap')
-  local lbusy = hash_table(base .. ':lbusy')
-  local borrow = hash_table(base .. ':borrow')
+local function backend_states(K)
+  local caps = hash_table(K.cap)
+  local busy = hash_table(K.busy)
+  local work = hash_table(K.work)
+  local speed = hash_table(K.speed)
+  local weight = hash_table(K.weight)
+  local lcap = hash_table(K.lcap)
+  local lbusy = hash_table(K.lbusy)
+  local borrow = hash_table(K.borrow)
   local states, total = {}, 0
   for name, cap in pairs(caps) do
-    if redis.call('SISMEMBER', base .. ':down', name) == 0 then
+    if redis.call('SISMEMBER', K.down, name) == 0 then
       local limit = tonumber(cap)
       local b = num(busy, name, 0)
       if limit - b > 0 then
@@ -132,9 +188,10 @@ end
 -- Among backends serving the model with a free slot this ticket may use, the one
 -- that would finish its outstanding work soonest (ties: fewest in flight).
 -- Returns the backend and whether the slot is borrowed from the reserve.
-local function pick_backend(base, t, states, open_waiting, quiet)
+-- policy/routing.py is its Python twin, table-tested; a test holds the two equal.
+local function pick_backend(K, t, states, open_waiting, quiet)
   local best, best_load, best_busy, best_borrowed = nil, nil, nil, false
-  for _, name in ipairs(redis.call('SMEMBERS', base .. ':serves:' .. t.model)) do
+  for _, name in ipairs(redis.call('SMEMBERS', K.serves(t.model))) do
     local s = states[name]
     if s and name ~= t.avoid then
       local ok, borrowed = true, false
@@ -154,87 +211,79 @@ local function pick_backend(base, t, states, open_waiting, quiet)
   return best, best_borrowed
 end
 
-local function take_slot(base, states, backend, t, borrowed)
+-- The dispatch's own copy of a backend's state, after it took one slot.
+local function took_slot(states, backend, t)
   local s = states[backend]
   s.free, s.busy, s.work = s.free - 1, s.busy + 1, s.work + t.predicted
   if s.free <= 0 then
     states[backend] = nil
   end
-  redis.call('HINCRBY', base .. ':busy', backend, 1)
-  redis.call('HINCRBYFLOAT', base .. ':work', backend, t.predicted)
   if t.restricted then
     s.lbusy = s.lbusy + 1
-    redis.call('HINCRBY', base .. ':lbusy', backend, 1)
-  end
-  if borrowed then
-    redis.call('HINCRBY', base .. ':borrowed', backend, 1)
   end
 end
 
-local function notify(base, me, mine, owner, msg)
+local function notify(K, me, mine, owner, msg)
   if owner == me then
     mine[#mine + 1] = msg
   else
-    redis.call('RPUSH', base .. ':inbox:' .. owner, msg)
+    redis.call('RPUSH', K.inbox(owner), msg)
   end
 end
 
 -- Grant queued tickets in score order while capacity lasts. Grants for `me` are
 -- returned (the caller delivers them without a round trip); others are pushed.
-local function dispatch(base, me, lease_ttl, max_scan, now)
-  sweep_leases(base, now)
+local function dispatch(K, me, lease_ttl, max_scan, now)
+  sweep_leases(K, now)
   local mine = {}
-  local states, total = backend_states(base)
+  local states, total = backend_states(K)
   if total <= 0 then
     return mine
   end
-  local open_waiting = tonumber(redis.call('HGET', base .. ':stats', 'queued_open') or '0')
-  local quiet = redis.call('GET', base .. ':quiet') == '1'
-  local owners_key = base .. ':owners'
+  local open_waiting = tonumber(redis.call('HGET', K.stats, 'queued_open') or '0')
+  local quiet = redis.call('GET', K.quiet) == '1'
   local owner_alive = {}
-  local tids = redis.call('ZRANGE', base .. ':queue', 0, max_scan - 1)
+  local tids = redis.call('ZRANGE', K.queue, 0, max_scan - 1)
   for _, tid in ipairs(tids) do
     if total <= 0 then
       break
     end
-    local packed = redis.call('HGET', base .. ':tickets', tid)
+    local packed = redis.call('HGET', K.tickets, tid)
     if not packed then
-      redis.call('ZREM', base .. ':queue', tid)
+      redis.call('ZREM', K.queue, tid)
     else
       local t = parse_ticket(packed)
       local alive = owner_alive[t.owner]
       if alive == nil then
-        alive = tonumber(redis.call('ZSCORE', owners_key, t.owner) or '0') >= now
+        alive = tonumber(redis.call('ZSCORE', K.owners, t.owner) or '0') >= now
         owner_alive[t.owner] = alive
       end
       if not alive then
         -- its client connection died with its replica: nobody to answer, drop it
-        drop_ticket(base, tid, t)
+        drop_ticket(K, tid, t)
         if not t.restricted then
           open_waiting = open_waiting - 1
         end
       elseif t.deadline > 0 and t.deadline < now then
-        drop_ticket(base, tid, t)
+        drop_ticket(K, tid, t)
         if not t.restricted then
           open_waiting = open_waiting - 1
         end
-        notify(base, me, mine, t.owner, 'E|' .. tid .. '|deadline')
+        notify(K, me, mine, t.owner, evict_message(tid, 'deadline'))
       else
-        local backend, borrowed = pick_backend(base, t, states, open_waiting, quiet)
+        local backend, borrowed = pick_backend(K, t, states, open_waiting, quiet)
         if backend then
-          drop_ticket(base, tid, t)
+          drop_ticket(K, tid, t)
           if not t.restricted then
             open_waiting = open_waiting - 1
           end
-          take_slot(base, states, backend, t, borrowed)
+          took_slot(states, backend, t)
           total = total - 1
-          local restricted = t.restricted and '1' or '0'
-          redis.call('ZADD', base .. ':leases', now + lease_ttl, tid)
-          redis.call('HSET', base .. ':lease', tid, table.concat(
-            {backend, t.owner, t.predicted, restricted, borrowed and '1' or '0'}, '|'))
-          redis.call('SADD', base .. ':owned:' .. t.owner, tid)
-          redis.call('HINCRBY', base .. ':stats', 'granted', 1)
-          notify(base, me, mine, t.owner, 'G|' .. tid .. '|' .. backend .. '|' .. (borrowed and '1' or '0'))
+          local lease = {backend = backend, owner = t.owner, predicted = t.predicted,
+                         restricted = t.restricted, borrowed = borrowed}
+          add_lease(K, tid, lease, now + lease_ttl)
+          redis.call('HINCRBY', K.stats, 'granted', 1)
+          notify(K, me, mine, t.owner, grant_message(tid, lease))
         end
       end
     end
@@ -244,7 +293,7 @@ end
 
 -- Prove `me` alive. The epoch marks this Redis's life: when it is missing, Redis
 -- lost its data (restart without persistence) and replicas must queue their waiters again.
-local function heartbeat(base, me, ttl, now)
-  redis.call('ZADD', base .. ':owners', now + ttl, me)
-  redis.call('SET', base .. ':epoch', tostring(now), 'NX')
+local function heartbeat(K, me, ttl, now)
+  redis.call('ZADD', K.owners, now + ttl, me)
+  redis.call('SET', K.epoch, tostring(now), 'NX')
 end

@@ -5,25 +5,25 @@
 --   down (0/1), weight, speed (tokens/s, 0: unknown), long_cap (slots restricted work
 --   may hold), borrow (extra slots it may borrow while open work is quiet), then the
 --   models it serves.
-local base = KEYS[1]
+local K = pool_keys(KEYS[1])
 local me = ARGV[1]
 local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local name, limit, down = ARGV[5], ARGV[6], ARGV[7]
 local now = now_s()
-heartbeat(base, me, owner_ttl, now)
-redis.call('HSET', base .. ':cap', name, limit)
-redis.call('HSET', base .. ':weight', name, ARGV[8])
+heartbeat(K, me, owner_ttl, now)
+redis.call('HSET', K.cap, name, limit)
+redis.call('HSET', K.weight, name, ARGV[8])
 if tonumber(ARGV[9]) > 0 then
-  redis.call('HSET', base .. ':speed', name, ARGV[9])
+  redis.call('HSET', K.speed, name, ARGV[9])
 end
-redis.call('HSET', base .. ':lcap', name, ARGV[10])
-redis.call('HSET', base .. ':borrow', name, ARGV[11])
+redis.call('HSET', K.lcap, name, ARGV[10])
+redis.call('HSET', K.borrow, name, ARGV[11])
 if down == '1' then
-  redis.call('SADD', base .. ':down', name)
+  redis.call('SADD', K.down, name)
 else
-  redis.call('SREM', base .. ':down', name)
+  redis.call('SREM', K.down, name)
 end
 for i = 12, #ARGV do
-  redis.call('SADD', base .. ':serves:' .. ARGV[i], name)
+  redis.call('SADD', K.serves(ARGV[i]), name)
 end
-return dispatch(base, me, lease_ttl, max_scan, now)
+return dispatch(K, me, lease_ttl, max_scan, now)

@@ -1,11 +1,11 @@
 -- Take a ticket out of the queue (its client left, or its replica gave up on it).
 -- KEYS[1]: pool base. ARGV: ticket id
 -- Returns 1 if the ticket was still queued, 0 if it was already granted or gone.
-local base = KEYS[1]
+local K = pool_keys(KEYS[1])
 local tid = ARGV[1]
-local packed = redis.call('HGET', base .. ':tickets', tid)
+local packed = redis.call('HGET', K.tickets, tid)
 if not packed then
   return 0
 end
-drop_ticket(base, tid, parse_ticket(packed))
+drop_ticket(K, tid, parse_ticket(packed))
 return 1

@@ -15,7 +15,7 @@
 -- gap) after it. The fairness lead is how far this tenant's virtual finish time runs
 -- ahead of the slowest other tenant with queued work: a tenant that floods the pool
 -- queues behind tenants that don't, and a tenant alone keeps plain short-first order.
-local base = KEYS[1]
+local K = pool_keys(KEYS[1])
 local me, tid, model, tenant, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local predicted, timeout, tier = ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local slack, tier_offset, cost = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
@@ -24,28 +24,28 @@ local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[15]), tonumber(ARGV[16]), t
 local avoid, restricted = ARGV[18], ARGV[19]
 
 local now = now_s()
-heartbeat(base, me, owner_ttl, now)
-local lease = redis.call('HGET', base .. ':lease', tid)
+heartbeat(K, me, owner_ttl, now)
+local lease = redis.call('HGET', K.lease, tid)
 if lease then
-  return {1, redis.call('ZCARD', base .. ':queue'), grant_message(tid, lease)}
+  return {1, redis.call('ZCARD', K.queue), grant_message(tid, parse_lease(lease))}
 end
-if redis.call('HEXISTS', base .. ':tickets', tid) == 1 then
-  local out = {1, redis.call('ZCARD', base .. ':queue')}
-  for _, msg in ipairs(dispatch(base, me, lease_ttl, max_scan, now)) do
+if redis.call('HEXISTS', K.tickets, tid) == 1 then
+  local out = {1, redis.call('ZCARD', K.queue)}
+  for _, msg in ipairs(dispatch(K, me, lease_ttl, max_scan, now)) do
     out[#out + 1] = msg
   end
   return out
 end
-local queued_key = base .. ':tenant:queued'
+local queued_key = K.tenant_queued
 if max_tenant > 0 then
   local tq = tonumber(redis.call('HGET', queued_key, tenant) or '0')
   if tq >= max_tenant then
-    return {-2, redis.call('ZCARD', base .. ':queue')}
+    return {-2, redis.call('ZCARD', K.queue)}
   end
 end
 
 -- fairness: virtual finish times of the tenants with queued work
-local vkey = base .. ':tenant:vfinish'
+local vkey = K.tenant_vfinish
 local floor = nil
 local queued = redis.call('HGETALL', queued_key)
 for i = 1, #queued, 2 do
@@ -68,21 +68,21 @@ else
 end
 local score = now + math.min(max_slack, slack + lead) + tier_offset
 
-local qlen = redis.call('ZCARD', base .. ':queue')
+local qlen = redis.call('ZCARD', K.queue)
 if max_queue > 0 and qlen >= max_queue then
   -- full: shed the least urgent queued ticket if this one is more urgent
-  local worst = redis.call('ZRANGE', base .. ':queue', -1, -1, 'WITHSCORES')
+  local worst = redis.call('ZRANGE', K.queue, -1, -1, 'WITHSCORES')
   if #worst == 0 or tonumber(worst[2]) <= score then
     return {-1, qlen}
   end
   local victim = worst[1]
-  local packed = redis.call('HGET', base .. ':tickets', victim)
+  local packed = redis.call('HGET', K.tickets, victim)
   if packed then
     local t = parse_ticket(packed)
-    drop_ticket(base, victim, t)
-    redis.call('RPUSH', base .. ':inbox:' .. t.owner, 'E|' .. victim .. '|shed')
+    drop_ticket(K, victim, t)
+    redis.call('RPUSH', K.inbox(t.owner), evict_message(victim, 'shed'))
   else
-    redis.call('ZREM', base .. ':queue', victim)
+    redis.call('ZREM', K.queue, victim)
   end
   qlen = qlen - 1
 end
@@ -92,16 +92,18 @@ local deadline = 0
 if timeout > 0 then
   deadline = now + timeout
 end
-local packed = table.concat({me, model, tenant, class, predicted, deadline, now, tier, avoid, restricted}, '|')
-if redis.call('HSET', base .. ':tickets', tid, packed) == 1 then
+local packed = pack_ticket({owner = me, model = model, tenant = tenant, class = class, predicted = predicted,
+                            deadline = deadline, arrival = now, tier = tier, avoid = avoid,
+                            restricted = restricted == '1'})
+if redis.call('HSET', K.tickets, tid, packed) == 1 then
   redis.call('HINCRBY', queued_key, tenant, 1)
   if restricted ~= '1' then
-    redis.call('HINCRBY', base .. ':stats', 'queued_open', 1)
+    redis.call('HINCRBY', K.stats, 'queued_open', 1)
   end
 end
-redis.call('ZADD', base .. ':queue', score, tid)
+redis.call('ZADD', K.queue, score, tid)
 local out = {1, qlen + 1}
-for _, msg in ipairs(dispatch(base, me, lease_ttl, max_scan, now)) do
+for _, msg in ipairs(dispatch(K, me, lease_ttl, max_scan, now)) do
   out[#out + 1] = msg
 end
 return out

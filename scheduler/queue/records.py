@@ -1,0 +1,80 @@
+"""How tickets, leases and messages are written in Redis: each format once, for Python.
+
+The Lua side reads and writes the same formats in ``lua/_dispatch.lua`` (``pack_ticket``,
+``parse_ticket``, ``pack_lease``, ``parse_lease``, ``grant_message``,
+``evict_message``), and ``tests/scheduler/queue/test_records.py`` holds the two
+equal. Fields are joined by ``|``: ticket ids and owners are the gateway's own, and
+model, tenant and tier names must not contain one.
+
+======================  ==================================================================
+format                  fields, in order
+======================  ==================================================================
+queued ticket           owner | model | tenant | class | predicted | deadline | arrival |
+(``P:tickets``)         tier | avoid | restricted         (deadline 0: none; times: Redis's
+                        clock, seconds; restricted 0/1)
+lease (``P:lease``)     backend | owner | predicted | restricted | borrowed   (0/1 flags)
+grant message           G | ticket | backend | borrowed
+eviction message        E | ticket | reason               (reason: deadline, shed)
+======================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.types import Lease, Message, MessageKind
+
+SEP = "|"
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedTicket:
+    """A ticket as it waits in ``P:tickets`` (written by ``enqueue.lua``)."""
+
+    owner: str
+    model: str
+    tenant: str
+    cls: str
+    predicted: int
+    deadline: float  # Redis time, seconds; 0: none
+    arrival: float  # Redis time, seconds
+    tier: str
+    avoid: str
+    restricted: bool
+
+
+def parse_ticket(raw: bytes | str) -> QueuedTicket:
+    f = _text(raw).split(SEP)
+    return QueuedTicket(
+        owner=f[0], model=f[1], tenant=f[2], cls=f[3], predicted=int(float(f[4] or 0)),
+        deadline=float(f[5] or 0), arrival=float(f[6] or 0), tier=f[7],
+        avoid=f[8] if len(f) > 8 else "", restricted=len(f) > 9 and f[9] == "1",
+    )
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def pack_lease(lease: Lease) -> str:
+    return SEP.join((lease.backend, lease.owner, str(lease.predicted), _flag(lease.restricted), _flag(lease.borrowed)))
+
+
+def parse_lease(raw: bytes | str) -> Lease:
+    f = _text(raw).split(SEP)
+    return Lease(f[0], f[1], int(float(f[2] or 0)), f[3] == "1", f[4] == "1")
+
+
+def pack_message(msg: Message) -> str:
+    if msg.kind is MessageKind.GRANT:
+        return SEP.join(("G", msg.ticket, msg.detail, _flag(msg.borrowed)))
+    return SEP.join(("E", msg.ticket, msg.detail))
+
+
+def parse_message(raw: bytes | str) -> Message:
+    parts = _text(raw).split(SEP)
+    return Message(MessageKind(parts[0]), parts[1], parts[2], len(parts) > 3 and parts[3] == "1")

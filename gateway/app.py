@@ -38,6 +38,7 @@ from scheduler.predictor.prior import PriorPredictor
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
+from scheduler.service import Scheduler
 from scheduler.types import ClassThresholds, Predictor
 
 
@@ -160,7 +161,7 @@ def create_app(
         )
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(dispatcher, registry, classifier, Upstream(client), settings.tiers[0]), telemetry,
+            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0]), Upstream(client)), telemetry,
         )
         app.state.gateway = gateway
         await dispatcher.start()

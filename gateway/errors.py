@@ -60,7 +60,7 @@ def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
     if isinstance(exc, sched.DeadlineExceeded):
         return GatewayError(504, str(exc), "timeout_error", "queue_timeout")
     if isinstance(exc, sched.NoBackend):
-        return GatewayError(503, str(exc), "service_unavailable", "no_backend", retry_after_s=5)
+        return GatewayError(404, str(exc), code="model_not_found", param="model")
     return GatewayError(503, str(exc), "service_unavailable", "scheduler_unavailable", retry_after_s=2)
 
 

@@ -1,9 +1,10 @@
-"""One inference request's way: classify, queue, relay, release and learn (DESIGN.md §2).
+"""One inference request's way: admit, queue, call, relay, complete (DESIGN.md §2).
 
-Routes parse HTTP; this module decides nothing itself either: the classifier places
-the request, the dispatcher grants a slot, the relay moves bytes. What is here is the
-order of those steps and the promise that each request ends in a response or an
-explicit error, with its slot given back whatever happens.
+Routes parse HTTP; this module decides nothing itself either: the scheduler
+(``scheduler.service``) places the request, grants a slot and learns from the
+outcome, the upstream client calls the backend, the relay moves bytes. What is here
+is the order of those steps and the promise that each request ends in a response or
+an explicit error, with its slot given back whatever happens.
 
 A streaming request still queued after ``comment_after_s`` gets its 200 and SSE
 comment lines (``: queued position=N eta_ms=M``) every second while it waits; an
@@ -13,7 +14,6 @@ error after that point travels as an SSE error event.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -32,11 +32,9 @@ from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
 from gateway.schemas import InferenceRequest
 from gateway.telemetry.tracing import BackendCall, Reply, RequestTrace
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for
-from scheduler.backends.registry import BackendRegistry
-from scheduler.errors import SchedulerError
-from scheduler.policy.classify import Classifier
-from scheduler.queue.dispatcher import Dispatcher
-from scheduler.types import Grant, LengthClass, Placement, PredictInput, Ticket
+from scheduler.errors import NoBackend, SchedulerError
+from scheduler.service import Admission, Scheduler
+from scheduler.types import CallResult, Grant, Outcome, PredictInput
 
 
 class StillQueued(Exception):
@@ -83,12 +81,8 @@ def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
 class Exchange:
     """One request's state between the scheduler and the backend."""
 
-    def __init__(
-        self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, inp: PredictInput,
-        placement: Placement, spec: Ticket, pool: str,
-    ) -> None:
-        self.proxy, self.req, self.ctx, self.inp, self.placement = proxy, req, ctx, inp, placement
-        self.spec, self.pool = spec, pool
+    def __init__(self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, adm: Admission) -> None:
+        self.proxy, self.req, self.ctx, self.adm = proxy, req, ctx, adm
         self.grant: Grant | None = None
         self.response: httpx.Response | None = None  # an open upstream stream
         self.sent_at = 0.0  # when the upstream call was sent
@@ -96,12 +90,12 @@ class Exchange:
         self.reply: Reply | None = None  # usage and timing of the answer, once known
         self._finished = False
 
-    def again(self, spec: Ticket) -> Exchange:
+    def again(self, adm: Admission) -> Exchange:
         """A fresh exchange for a retry of the same request."""
-        return Exchange(self.proxy, self.req, self.ctx, self.inp, self.placement, spec, self.pool)
+        return Exchange(self.proxy, self.req, self.ctx, adm)
 
     def headers(self) -> dict[str, str]:
-        headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.placement.cls.value}
+        headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.adm.placement.cls.value}
         if self.grant is not None:
             headers["x-triage-queue-ms"] = f"{self.grant.queued_s * 1000:.1f}"
             headers["x-triage-backend"] = self.grant.backend
@@ -109,47 +103,32 @@ class Exchange:
 
     async def open(self) -> httpx.Response:
         assert self.grant is not None
-        backend = self.proxy.registry.backends[self.grant.backend].config
-        # engines with their own priority queue get our order: lower runs first
-        priority = round((self.spec.slack_s + self.spec.tier_offset_s) * 1000) if backend.engine_priority else None
-        body = self.req.upstream_body(priority)
+        route = self.proxy.scheduler.route(self.adm, self.grant)
+        body = self.req.upstream_body(route.priority)
         self.ctx.trace.dispatched(self.grant)
-        self.call = self.ctx.trace.call(backend, self.req)
-        headers = headers_for(backend, self.ctx.request_id, self.call.headers)
-        call = UpstreamCall(backend, self.req.endpoint.value, body, headers)
+        self.call = self.ctx.trace.call(route.backend, self.req)
+        headers = headers_for(route.backend, self.ctx.request_id, self.call.headers)
+        call = UpstreamCall(route.backend, self.req.endpoint.value, body, headers)
         self.sent_at = time.monotonic()
         self.response = await self.proxy.upstream.open(call, stream=self.req.stream)
         return self.response
 
-    def finish(
-        self, tokens: int | None, ok: bool, status: int = 200, ttft_s: float | None = None,
-        tpot_s: float | None = None,
-    ) -> None:
-        """Release the slot, report the backend's health and speed, learn the length. Once."""
+    def finish(self, result: CallResult) -> None:
+        """Give the slot back and tell the scheduler how the call went. Once."""
         if self._finished or self.grant is None:
             return
         self._finished = True
-        proxy = self.proxy
-        proxy.dispatcher.release_soon(self.grant)
-        proxy.registry.report(self.grant.backend, ok, status in (429, 503), ttft_s, tpot_s)
-        reservation = proxy.registry.reservations[self.pool]
-        if self.spec.restricted:
-            reservation.on_restricted_done(time.monotonic() - self.sent_at)
-        else:
-            reservation.on_open_done(time.monotonic() - self.sent_at)
-        # Replies cut at max_tokens are learned too: leaving them out would teach the
-        # model only the replies that ended early, biasing it low; the cap is a feature,
-        # so what a cut reply teaches lands mostly on the cap, not on the text.
-        if tokens is not None and ok:
-            proxy.classifier.predictor.observe(self.inp, tokens)
-        self.ctx.trace.call_done(self.call, tokens, ok, status, tpot_s, self.reply)  # after the slot is back
+        self.proxy.scheduler.complete(self.adm, self.grant, result, time.monotonic() - self.sent_at)
+        self.ctx.trace.call_done(  # after the slot is back
+            self.call, result.tokens, result.ok, result.status, result.tpot_s, self.reply
+        )
 
     async def read_refusal(self, response: httpx.Response) -> None:
         """The whole body of a non-200 answer to a stream; one that breaks off is a 502."""
         try:
             await response.aread()
         except httpx.HTTPError as exc:
-            self.finish(None, False)
+            self.finish(CallResult.failed())
             raise upstream_failed(f"its error answer broke off: {exc}") from None
 
     def finish_response(self, response: httpx.Response) -> None:
@@ -158,7 +137,7 @@ class Exchange:
         self.reply = Reply.from_body(response.content) if status == 200 else None
         tokens = self.reply.tokens("completion_tokens") if self.reply else None
         tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
-        self.finish(tokens, status < 500, status, None, tpot)
+        self.finish(CallResult(status < 500, status, tokens, None, tpot))
 
     async def close_stream(self, stats: StreamStats) -> None:
         """The end of a stream, however it ended: close the upstream, then finish."""
@@ -167,11 +146,11 @@ class Exchange:
         tokens = stats.usage.get("completion_tokens") if stats.usage else None
         stats.started = self.sent_at
         self.reply = Reply.from_stream(stats)
-        self.finish(
-            tokens if stats.completed else None, stats.error is None, 200, stats.ttft_s, stats.tpot_s(tokens)
-        )
-        gone = "client_gone" if stats.client_gone else None
-        self.ctx.trace.end(200, "stream_broken" if stats.error else gone)
+        self.finish(CallResult(
+            stats.error is None, 200, tokens if stats.completed else None, stats.ttft_s, stats.tpot_s(tokens)
+        ))
+        gone = Outcome.CLIENT_GONE if stats.client_gone else None
+        self.ctx.trace.end(200, Outcome.STREAM_BROKEN if stats.error else gone)
 
     def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
         assert self.response is not None
@@ -182,53 +161,30 @@ class Proxy:
     comment_after_s = 1.0  # a queued stream starts and shows its place after this long
     comment_every_s = 1.0
 
-    def __init__(
-        self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, upstream: Upstream,
-        open_tier: str,
-    ) -> None:
-        self.dispatcher = dispatcher
-        self.registry = registry
-        self.classifier = classifier
+    def __init__(self, scheduler: Scheduler, upstream: Upstream) -> None:
+        self.scheduler = scheduler
         self.upstream = upstream
-        self._open_tier = open_tier  # the most urgent tier: never restricted by reservation
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
-        pool = self.registry.pool_of(req.model)
-        if pool is None:
-            raise GatewayError(
-                404, f"The model '{req.model}' does not exist or no backend serves it.",
-                code="model_not_found", param="model",
-            )
         inp = PredictInput(
             model=req.model, tenant=ctx.principal.tenant, prompt=req.prompt, system=req.system,
             prompt_chars=req.prompt_chars, n_messages=req.n_messages, max_tokens=req.max_tokens, hint=ctx.hint,
         )
-        if self.classifier.blocking:  # a neural predictor: keep the event loop free
-            placement = await asyncio.to_thread(self.classifier.place, inp, ctx.tier, ctx.oracle_tokens)
-        else:
-            placement = self.classifier.place(inp, ctx.tier, ctx.oracle_tokens)
-        restricted = placement.cls is LengthClass.LONG or ctx.tier != self._open_tier
-        spec = Ticket(
-            id=ctx.request_id, model=req.model, tenant=ctx.principal.tenant, cls=placement.cls.value,
-            predicted=int(placement.prediction.tokens), timeout_s=ctx.timeout_s, tier=ctx.tier,
-            slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,
-            cost_s=placement.order.cost_s, restricted=restricted,
-        )
-        if restricted:
-            self.registry.reservations[pool].on_restricted_arrival()
-        else:
-            self.registry.reservations[pool].on_open_arrival()
-        ctx.trace.enqueued(req, placement, spec, pool)
-        exchange = Exchange(self, req, ctx, inp, placement, spec, pool)
+        try:
+            adm = await self.scheduler.admit(inp, ctx.tier, ctx.timeout_s, ctx.request_id, ctx.oracle_tokens)
+        except NoBackend as exc:
+            raise from_scheduler(exc) from None
+        ctx.trace.enqueued(req, adm.placement, adm.ticket, adm.pool)
+        exchange = Exchange(self, req, ctx, adm)
         watch = DisconnectWatch(request.receive)  # one watcher for the whole request
         response: Response | None = None
         try:
             try:
-                future = await self.dispatcher.submit(spec, pool)
+                future = await self.scheduler.submit(adm)
                 if future.done():  # decided in the enqueue's own reply: nothing to wait for
-                    exchange.grant = await self.dispatcher.wait(spec, pool, future)
+                    exchange.grant = await self.scheduler.wait(adm, future)
                 else:
-                    work = asyncio.ensure_future(self.dispatcher.wait(spec, pool, future))
+                    work = asyncio.ensure_future(self.scheduler.wait(adm, future))
                     exchange.grant = await until_disconnect(
                         watch, work, self.comment_after_s if req.stream else None
                     )
@@ -236,7 +192,7 @@ class Proxy:
                 raise _refused(ctx, exc) from None
             except StillQueued:
                 stats = StreamStats()
-                body = self._queued_stream(exchange, pool, work, stats)
+                body = self._queued_stream(exchange, work, stats)
                 response = RelayResponse(body, stats, exchange.headers(), exchange.close_stream, watch)
                 return response
             response = await self._call(watch, exchange)
@@ -254,36 +210,30 @@ class Proxy:
                 return exchange, await exchange.open()
         except UpstreamError as exc:
             assert exchange.grant is not None
-            failed = exchange.grant.backend
-            exchange.finish(None, False)
-            if not self.registry.alternatives(exchange.req.model, failed):
+            exchange.finish(CallResult.failed())
+            retry = self.scheduler.retry(exchange.adm, exchange.grant.backend)
+            if retry is None:
                 raise upstream_failed(str(exc)) from None
-        # the retry goes to the front of the queue, avoiding the backend that failed
-        retry = dataclasses.replace(
-            exchange.spec, id=f"{exchange.spec.id}-retry", avoid=failed, slack_s=-exchange.spec.tier_offset_s,
-        )
         exchange = exchange.again(retry)
         try:
-            exchange.grant = await until_disconnect(
-                watch, asyncio.ensure_future(self.dispatcher.acquire(retry, exchange.pool))
-            )
+            exchange.grant = await until_disconnect(watch, asyncio.ensure_future(self.scheduler.acquire(retry)))
         except SchedulerError as exc:
             raise _refused(exchange.ctx, exc) from None
         try:
             with watch.guard():
                 return exchange, await exchange.open()
         except UpstreamError as exc:
-            exchange.finish(None, False)
+            exchange.finish(CallResult.failed())
             raise upstream_failed(str(exc)) from None
         except BaseException:
-            exchange.finish(None, True)
+            exchange.finish(CallResult.client_gone())
             raise
 
     async def _call(self, watch: DisconnectWatch, exchange: Exchange) -> Response:
         try:
             exchange, response = await self._open_with_retry(watch, exchange)
         except BaseException:
-            exchange.finish(None, True)
+            exchange.finish(CallResult.client_gone())
             raise
         headers = exchange.headers()
         if exchange.req.stream and response.status_code == 200:
@@ -293,7 +243,7 @@ class Proxy:
             try:
                 await exchange.read_refusal(response)
             except BaseException:
-                exchange.finish(None, True)  # the client left (a 502 has already finished)
+                exchange.finish(CallResult.client_gone())  # the client left (a 502 has already finished)
                 raise
             finally:
                 await response.aclose()
@@ -302,16 +252,17 @@ class Proxy:
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 
     async def _queued_stream(
-        self, exchange: Exchange, pool: str, work: asyncio.Future[Grant], stats: StreamStats
+        self, exchange: Exchange, work: asyncio.Future[Grant], stats: StreamStats
     ) -> AsyncGenerator[bytes, None]:
         """The body of a stream that started while queued: comments, then the relay."""
+        adm = exchange.adm
         try:
             while not work.done():
-                position = await self.dispatcher.position(pool, exchange.ctx.request_id)
+                position = await self.scheduler.position(adm)
                 if position is None:
                     yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
                 else:
-                    rate = self.dispatcher.drain_rate(pool)
+                    rate = self.scheduler.drain_rate(adm)
                     eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
                     yield f": queued position={position}{eta}\n\n".encode()
                 await asyncio.wait({work}, timeout=self.comment_every_s)
@@ -325,7 +276,7 @@ class Proxy:
         try:
             response = await exchange.open()
         except UpstreamError as exc:
-            exchange.finish(None, False)
+            exchange.finish(CallResult.failed())
             error = upstream_failed(str(exc))
             yield sse_error(error.message, error.type, error.code)
             return
@@ -340,4 +291,3 @@ class Proxy:
             return
         async for block in exchange.relay(stats):
             yield block
-

@@ -3,7 +3,7 @@
     SchedulerError
      ├── Rejected            refused before it was queued (nothing to undo)
      │    ├── QueueFull      the pool's or the tenant's queue is at its bound -> 429
-     │    └── NoBackend      no backend serves the model -> 404 / 503
+     │    └── NoBackend      no backend serves the model -> 404
      ├── Evicted             taken out of the queue after it was admitted
      │    ├── DeadlineExceeded  waited longer than its deadline -> 504
      │    └── Shed           pushed out for more urgent work -> 429

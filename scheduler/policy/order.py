@@ -11,11 +11,12 @@ overtaken by one of the same tier that arrived more than ``max_slack`` seconds a
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scheduler.types import QueueOrder
+from scheduler.types import QueueOrder, Ticket
 
 
 class PolicyName(enum.StrEnum):
@@ -74,3 +75,15 @@ POLICIES: dict[PolicyName, Callable[[float, str, str, PolicyParams], QueueOrder]
 
 def order(policy: PolicyName, predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) -> QueueOrder:
     return POLICIES[policy](predicted_tokens, tier, tenant, params)
+
+
+def engine_priority(ticket: Ticket) -> int:
+    """What priority does an engine with its own queue get for this ticket? Our order,
+    in milliseconds of slack (lower runs first, as vLLM's ``--scheduling-policy priority``)."""
+    return round((ticket.slack_s + ticket.tier_offset_s) * 1000)
+
+
+def retry_order(ticket: Ticket, failed: str) -> Ticket:
+    """Where does a request go whose backend failed before answering? To the front of
+    its tier (a slack that cancels the tier offset), avoiding the backend that failed."""
+    return dataclasses.replace(ticket, id=f"{ticket.id}-retry", avoid=failed, slack_s=-ticket.tier_offset_s)

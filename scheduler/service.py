@@ -1,0 +1,130 @@
+"""The scheduler as the gateway sees it: one object, asked in the order a request goes.
+
+    admit ─► submit ─► wait ─► route ─► complete        (retry: once, after a failed call)
+
+- ``admit``: the request's place — prediction, class, queue order — and the rules
+  that follow from it (restricted work; reservation bookkeeping). Unknown model:
+  ``NoBackend``.
+- ``submit`` / ``wait`` / ``acquire``: the shared queue (``queue.dispatcher``); the
+  ``SchedulerError`` subclasses say why a request was refused or evicted.
+- ``route``: which backend config to call, and the priority an engine with its own
+  queue is told.
+- ``retry``: the ticket for a second attempt, on another backend, at the front of the
+  queue; ``None`` when no other healthy backend serves the model.
+- ``complete``: the slot goes back, the backend's health and speed are reported, the
+  reservation learns the service time and the predictor the length. Once per grant.
+
+The gateway (``gateway/proxy.py``) keeps only the order of these steps and the HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+
+from scheduler.backends.registry import BackendConfig, BackendRegistry
+from scheduler.errors import NoBackend
+from scheduler.policy.classify import Classifier
+from scheduler.policy.order import engine_priority, retry_order
+from scheduler.queue.dispatcher import Dispatcher
+from scheduler.types import CallResult, Grant, LengthClass, Placement, PredictInput, Ticket
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request the scheduler has placed: what it was asked, and what it decided."""
+
+    pool: str
+    inp: PredictInput
+    placement: Placement
+    ticket: Ticket
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    backend: BackendConfig
+    priority: int | None  # for engines with their own priority queue (lower runs first)
+
+
+class Scheduler:
+    def __init__(
+        self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, open_tier: str
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.registry = registry
+        self.classifier = classifier
+        self._open_tier = open_tier  # the most urgent tier: never restricted by reservation
+
+    async def admit(
+        self, inp: PredictInput, tier: str, timeout_s: float, request_id: str, oracle_tokens: int | None = None,
+    ) -> Admission:
+        pool = self.registry.pool_of(inp.model)
+        if pool is None:
+            raise NoBackend(f"The model '{inp.model}' does not exist or no backend serves it.")
+        if self.classifier.blocking:  # a neural predictor: keep the event loop free
+            placement = await asyncio.to_thread(self.classifier.place, inp, tier, oracle_tokens)
+        else:
+            placement = self.classifier.place(inp, tier, oracle_tokens)
+        # restricted work may hold only its share of a backend (reservation)
+        restricted = placement.cls is LengthClass.LONG or tier != self._open_tier
+        ticket = Ticket(
+            id=request_id, model=inp.model, tenant=inp.tenant, cls=placement.cls.value,
+            predicted=int(placement.prediction.tokens), timeout_s=timeout_s, tier=tier,
+            slack_s=placement.order.slack_s, tier_offset_s=placement.order.tier_offset_s,
+            cost_s=placement.order.cost_s, restricted=restricted,
+        )
+        reservation = self.registry.reservations[pool]
+        if restricted:
+            reservation.on_restricted_arrival()
+        else:
+            reservation.on_open_arrival()
+        return Admission(pool, inp, placement, ticket)
+
+    # -- the queue ---------------------------------------------------------------------
+    async def submit(self, adm: Admission) -> asyncio.Future[Grant]:
+        """Enqueue (one round trip); the future is already done when the enqueue's own
+        reply granted it."""
+        return await self.dispatcher.submit(adm.ticket, adm.pool)
+
+    async def wait(self, adm: Admission, future: asyncio.Future[Grant]) -> Grant:
+        """The grant; cancelling the wait withdraws the ticket."""
+        return await self.dispatcher.wait(adm.ticket, adm.pool, future)
+
+    async def acquire(self, adm: Admission) -> Grant:
+        return await self.dispatcher.acquire(adm.ticket, adm.pool)
+
+    async def position(self, adm: Admission) -> int | None:
+        """1-based place in the queue; None once it left it, or while Redis cannot say."""
+        return await self.dispatcher.position(adm.pool, adm.ticket.id)
+
+    def drain_rate(self, adm: Admission) -> float:
+        """Grants per second in the request's pool, recently (0: unknown)."""
+        return self.dispatcher.drain_rate(adm.pool)
+
+    # -- the backend -------------------------------------------------------------------
+    def route(self, adm: Admission, grant: Grant) -> Route:
+        backend = self.registry.backends[grant.backend].config
+        return Route(backend, engine_priority(adm.ticket) if backend.engine_priority else None)
+
+    def retry(self, adm: Admission, failed: str) -> Admission | None:
+        """A second attempt after ``failed`` broke before answering; None if no other
+        healthy backend serves the model."""
+        if not self.registry.alternatives(adm.inp.model, failed):
+            return None
+        return dataclasses.replace(adm, ticket=retry_order(adm.ticket, failed))
+
+    def complete(self, adm: Admission, grant: Grant, result: CallResult, service_s: float) -> None:
+        """Release the slot, report the backend's health and speed, learn the length."""
+        self.dispatcher.release_soon(grant)
+        self.registry.report(grant.backend, result.ok, result.overloaded, result.ttft_s, result.tpot_s)
+        reservation = self.registry.reservations[adm.pool]
+        if adm.ticket.restricted:
+            reservation.on_restricted_done(service_s)
+        else:
+            reservation.on_open_done(service_s)
+        # Replies cut at max_tokens are learned too: leaving them out would teach the
+        # model only the replies that ended early, biasing it low; the cap is a feature,
+        # so what a cut reply teaches lands mostly on the cap, not on the text.
+        if result.tokens is not None and result.ok:
+            self.classifier.predictor.observe(adm.inp, result.tokens)

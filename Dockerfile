@@ -5,11 +5,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_
 WORKDIR /app
 
 COPY pyproject.toml README.md ./
+COPY triage ./triage
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY simulator ./simulator
 COPY loadtests ./loadtests
-RUN pip install . && useradd --system --uid 10001 triage
+RUN pip install ".[bench]" && useradd --system --uid 10001 triage
 
 USER triage
 EXPOSE 8000

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from loadtests.arrivals import ArrivalSpec, Process
 from loadtests.client import Target
 from loadtests.datasets import PromptCatalog
 from loadtests.metrics import Warmup, summarize
+from loadtests.options import UsageError, resolve_data_dir
 from loadtests.plan import LoadConfig, TraceReplay, execute
 from loadtests.progress import Progress
 from loadtests.report import markdown, report_json, write_json, write_records
@@ -26,21 +26,6 @@ from loadtests.runner import Limits, run_async
 from loadtests.timeseries import timeseries
 from loadtests.traces import TraceError
 from loadtests.workload import Api, WorkloadError, builtin_workloads, load_workload
-
-
-class UsageError(Exception):
-    """A flag problem, as one line."""
-
-
-def default_data_dir() -> Path:
-    """``../shared/data`` beside the repository (where the project keeps its datasets)."""
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def resolve_data_dir(flag: str | None) -> Path | None:
-    """The data folder from the flag, else ``TRIAGE_DATA_DIR``, else the default; None if absent."""
-    path = Path(flag or os.environ.get("TRIAGE_DATA_DIR") or default_data_dir())
-    return path if path.is_dir() else None
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:

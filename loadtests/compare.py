@@ -113,7 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def compare_config(args: argparse.Namespace) -> CompareConfig:
-    from loadtests.cli import UsageError, resolve_data_dir
+    from loadtests.options import UsageError, resolve_data_dir
 
     try:
         loads = tuple(float(x) for x in args.loads.split(",") if x.strip())
@@ -145,7 +145,7 @@ _OWN_SETTINGS = frozenset({"host", "port", "redis_url", "key_prefix", "policy", 
 
 def gateway_settings(pairs: list[str]) -> dict[str, Any]:
     """``["long_share_max=0.75", ...]`` -> ``{"long_share_max": 0.75}`` (values read as YAML)."""
-    from loadtests.cli import UsageError
+    from loadtests.options import UsageError
 
     out: dict[str, Any] = {}
     for pair in pairs:

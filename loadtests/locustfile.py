@@ -27,7 +27,7 @@ except ImportError:  # locust not installed
 
 
 def _planner() -> tuple[RequestFactory, Target]:
-    from loadtests.cli import resolve_data_dir
+    from loadtests.options import resolve_data_dir
 
     workload = load_workload(os.environ.get("TRIAGE_WORKLOAD", "mixed"))
     catalog = PromptCatalog(resolve_data_dir(None))

@@ -89,5 +89,5 @@ def gateway(config: dict[str, Any], name: str, workdir: Path) -> Child:
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)]
+    cmd = [sys.executable, "-m", "triage", "serve", "--config", str(path)]
     return Child(f"gateway {name}", cmd, f"http://127.0.0.1:{config['port']}", workdir / f"{name}.log")

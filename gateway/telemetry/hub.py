@@ -34,7 +34,7 @@ from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.otlp import OtlpMetrics
 from gateway.telemetry.prometheus import render
 from gateway.telemetry.stats import WindowStats
-from gateway.telemetry.tracing import RequestTrace
+from gateway.telemetry.tracing import Recorder, RequestTrace
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.queue.depth import QueueDepth
 
@@ -85,7 +85,6 @@ class Telemetry:
     ) -> None:
         self.config = config
         self.policy = policy
-        self.capture_content = capture_content
         resource = Resource.create(
             {"service.name": config.service_name, "service.instance.id": instance_id}, schema_url=sc.SCHEMA_URL
         )
@@ -109,11 +108,15 @@ class Telemetry:
                 self.instruments.registry, resource, OTLPMetricExporter(), config.metric_interval_s
             )
         self._addresses: dict[str, tuple[str, int]] = {}
+        self.recorder = Recorder(
+            self.tracer, self.propagator, self.instruments, self.stats, self.accuracy, self.address, policy,
+            capture_content,
+        )
 
     def begin(self, headers: Headers, operation: str, route: str) -> RequestTrace:
         """A request arrived: its trace starts, inside the client's if it sent one."""
         parent = self.propagator.extract(headers) if "traceparent" in headers else None
-        return RequestTrace(self, operation, route, parent)
+        return RequestTrace(self.recorder, operation, route, parent)
 
     def address(self, backend: BackendConfig) -> tuple[str, int]:
         """``server.address`` and ``server.port`` of a backend."""

@@ -9,7 +9,9 @@ Spans (GenAI conventions, see ``semconv.py``)::
      └── chat {model}             CLIENT    the call to the backend, one per attempt; its
                                             context travels upstream as ``traceparent``
 
-``RequestTrace`` is created by the route and carried in the request's context; the
+``RequestTrace`` is created by the route (``Telemetry.begin``) and carried in the
+request's context. It records into a ``Recorder``: the tracer and every sink a request
+leaves numbers in, handed down by ``Telemetry`` (this module never sees it). The
 proxy tells it what happened (``enqueued``, ``refused``, ``dispatched``, ``call``,
 ``call_done``) and the route or the end of the stream calls ``end`` once. Metrics
 and the stats window are recorded from the same calls, so spans and numbers agree.
@@ -20,23 +22,26 @@ chunk already hold what is needed (finish reasons are known for whole answers on
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.schemas import InferenceRequest
 from gateway.telemetry import semconv as sc
-from gateway.telemetry.accuracy import ratio
+from gateway.telemetry.accuracy import RankAccuracy, ratio
+from gateway.telemetry.metrics import Instruments
+from gateway.telemetry.stats import WindowStats
 from scheduler.backends.registry import BackendConfig
 from scheduler.types import Grant, Placement, PredictionSource, Ticket
 
 if TYPE_CHECKING:
     from gateway.relay import StreamStats
-    from gateway.telemetry.hub import Telemetry
 
 
 def wall_ns(monotonic_s: float) -> int:
@@ -77,6 +82,20 @@ class Reply:
         return value if isinstance(value, int) else None
 
 
+@dataclass(frozen=True, slots=True)
+class Recorder:
+    """Where one request's spans and numbers go; one per gateway, built by ``Telemetry``."""
+
+    tracer: trace.Tracer
+    propagator: TextMapPropagator  # writes the backend call's ``traceparent``
+    instruments: Instruments
+    stats: WindowStats  # the dashboard's recent window
+    accuracy: RankAccuracy  # the predictor's rank accuracy
+    address: Callable[[BackendConfig], tuple[str, int]]  # server.address and server.port
+    policy: str  # the queue policy's name, a span attribute
+    capture_content: bool = False  # record prompts and completions in spans
+
+
 @dataclass(slots=True)
 class BackendCall:
     span: trace.Span
@@ -85,11 +104,11 @@ class BackendCall:
 
 
 class RequestTrace:
-    def __init__(self, telemetry: Telemetry, operation: str, route: str, parent: Context | None) -> None:
-        self._t = telemetry
+    def __init__(self, recorder: Recorder, operation: str, route: str, parent: Context | None) -> None:
+        self._t = recorder
         self.started = time.monotonic()
         self.operation = operation
-        self.span = telemetry.tracer.start_span(
+        self.span = recorder.tracer.start_span(
             f"POST {route}", context=parent, kind=SpanKind.SERVER,
             attributes={sc.HTTP_METHOD: "POST", sc.HTTP_ROUTE: route, sc.OPERATION: operation},
         )

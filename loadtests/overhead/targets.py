@@ -3,7 +3,7 @@
 - the simulated backend (``python -m simulator --profile instant``),
 - per Triage target, its own Valkey (so ``INFO commandstats`` counts that gateway
   alone) unless ``--redis-url`` names a shared server, and the gateway
-  (``python -m gateway.cli serve --config <yaml>``: one uvicorn worker),
+  (``python -m triage serve --config <yaml>``: one uvicorn worker),
 - LiteLLM's proxy from its own virtualenv, routed to the same simulator.
 
 Every child listens on 127.0.0.1, logs to a file in the work folder, and is ready
@@ -131,7 +131,7 @@ def start_triage(policy: str, redis_url: str, backend_url: str, model: str, work
     }
     path = workdir / f"triage-{policy}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    child = Child(f"triage {policy}", [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)],
+    child = Child(f"triage {policy}", [sys.executable, "-m", "triage", "serve", "--config", str(path)],
                   workdir / f"triage-{policy}.log")
     child.spawn()
     url = f"http://127.0.0.1:{port}"

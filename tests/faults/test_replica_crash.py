@@ -29,7 +29,7 @@ class Replica:
         env = {k: v for k, v in os.environ.items() if k != "TRIAGE_CONFIG"}
         self._log = log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", str(self.port)],
+            [sys.executable, "-m", "triage", "serve", "--config", str(config), "--port", str(self.port)],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
 

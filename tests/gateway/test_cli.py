@@ -14,7 +14,7 @@ import pytest
 
 from gateway.embedded import free_port
 
-TRIAGE = [sys.executable, "-m", "gateway.cli"]
+TRIAGE = [sys.executable, "-m", "triage"]
 
 
 def child_pids(parent: int) -> list[int]:

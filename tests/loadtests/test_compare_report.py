@@ -65,8 +65,8 @@ def test_trace_scale_fits_the_wanted_count_in_the_window() -> None:
 
 
 def test_gateway_settings_from_the_command_line() -> None:
-    from loadtests.cli import UsageError
     from loadtests.compare import gateway_settings
+    from loadtests.options import UsageError
 
     got = gateway_settings(["long_share_max=0.75", "reserve_slots=true", "tiers=[a, b]"])
     assert got == {"long_share_max": 0.75, "reserve_slots": True, "tiers": ["a", "b"]}

@@ -14,12 +14,12 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.cli import main as cli_main
 from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
 from scheduler.predictor.ranking import kendall_tau_b, spearman
 from scheduler.predictor.tools.evaluate import main
 from scheduler.queue.keys import predictor_key
 from scheduler.types import PredictInput, PredictionSource
+from triage.cli import main as cli_main
 
 DATA = Path("/work/shared/data")
 

@@ -1,0 +1,105 @@
+"""Run one gateway: ``triage serve``. With no ``redis_url`` an embedded Valkey is started;
+with no backends, one simulated backend. Ctrl-C stops the gateway and everything it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import redis
+
+from gateway.settings import BackendSettings, ConfigError, Settings
+
+
+def _check_redis(url: str) -> None:
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except (redis.RedisError, ValueError) as exc:
+        raise ConfigError(f"redis_url: cannot reach {url} ({exc})") from None
+
+
+def _banner(settings: Settings, embedded: list[str]) -> str:
+    base = f"http://{settings.host}:{settings.port}"
+    model = settings.backends[0].models[0] if settings.backends and settings.backends[0].models else "<model>"
+    lines = [
+        "",
+        f"Triage gateway on {base}  (policy: {settings.policy.value})",
+        *[f"  {line}" for line in embedded],
+        "",
+        "Try it:",
+        f"  curl {base}/v1/chat/completions -H 'content-type: application/json' \\",
+        f"    -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
+        "",
+        "  python -c \"from openai import OpenAI; c = OpenAI(base_url='" + base + "/v1', api_key='none'); "
+        f"print(c.chat.completions.create(model='{model}', "
+        "messages=[{'role': 'user', 'content': 'Hello'}]).choices[0].message.content)\"",
+        "",
+        "Ctrl-C stops it.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run(settings: Settings) -> None:
+    """Serve until Ctrl-C or SIGTERM; ``ConfigError`` if Redis cannot be reached."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
+
+    embedded: list[str] = []
+    with ExitStack() as stack:
+        if not settings.redis_url:
+            server = EmbeddedRedis()
+            url = server.start()
+            stack.callback(server.stop)
+            settings = settings.model_copy(update={"redis_url": url})
+            embedded.append(f"embedded Redis-protocol server (Valkey) at {url}; state is not kept")
+        else:
+            _check_redis(settings.redis_url)
+        if not settings.backends:
+            sim = EmbeddedSimulator(settings.simulator_profile, settings.simulator_model)
+            stack.callback(sim.stop)
+            url = sim.start()
+            backend = BackendSettings(name="sim", url=url, models=[settings.simulator_model], max_concurrency=64)
+            settings = settings.model_copy(update={"backends": [backend]})
+            embedded.append(
+                f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
+            )
+        print(_banner(settings, embedded), flush=True)
+        config = uvicorn.Config(
+            create_app(settings), host=settings.host, port=settings.port, log_level="info",
+            access_log=settings.access_log, timeout_graceful_shutdown=10,
+        )
+        _quiet_stop_server()(config).run()
+
+
+def _quiet_stop_server() -> type:
+    import uvicorn
+
+    class QuietStopServer(uvicorn.Server):
+        """Stops gracefully on SIGINT / SIGTERM and then simply returns.
+
+        uvicorn re-raises the signal after its graceful shutdown; under uvloop that
+        KeyboardInterrupt lands in the finished lifespan task and prints a traceback on
+        every Ctrl-C (uvicorn issue #1579). The shutdown is already done, so it is dropped;
+        the embedded servers are stopped afterwards by ``serve``.
+        """
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return QuietStopServer

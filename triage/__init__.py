@@ -1,0 +1,1 @@
+"""The ``triage`` command, above every subsystem (``triage.cli``)."""

@@ -31,15 +31,12 @@ from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams
 from scheduler.policy.reservation import ReservationParams
-from scheduler.predictor.embed import EmbeddingUnavailable
-from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor  # torch: lazily
-from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
-from scheduler.predictor.prior import PriorPredictor
+from scheduler.predictor.factory import Built, PredictorSpec, PredictorUnavailable, build
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.service import Scheduler
-from scheduler.types import ClassThresholds, Predictor
+from scheduler.types import ClassThresholds
 
 
 def backend_configs(settings: Settings) -> list[BackendConfig]:
@@ -77,31 +74,16 @@ def policy_params(settings: Settings) -> PolicyParams:
     )
 
 
-def make_predictor(settings: Settings) -> Predictor:
-    """The configured predictor; ``ConfigError`` if the fine-tuned one cannot be loaded."""
-    if settings.predictor == "prior":
-        return PriorPredictor(settings.prior_tokens)
-    config = PredictorConfig(
-        name=settings.predictor_name, prefix=settings.key_prefix, prior_tokens=settings.prior_tokens
+def make_predictor(settings: Settings) -> Built:
+    """The configured predictor; ``ConfigError`` if it cannot be built."""
+    spec = PredictorSpec(
+        name=settings.predictor, shared_name=settings.predictor_name, prefix=settings.key_prefix,
+        prior_tokens=settings.prior_tokens, weights=settings.predictor_weights,
     )
-    if settings.predictor == "finetuned" and settings.predictor_weights is not None:
-        finetuned = FinetunedLengthPredictor(FinetuneConfig(lexical=config))
-        try:
-            finetuned.load(*settings.predictor_weights)
-        except EmbeddingUnavailable as exc:
-            raise ConfigError(f"predictor 'finetuned': {exc}") from None
-        except Exception as exc:  # a file that is not a saved encoder: say which and why
-            files = " ".join(map(str, settings.predictor_weights))
-            raise ConfigError(f"predictor_weights {files}: cannot load ({exc})") from None
-        return finetuned
-    return LengthPredictor(config)
-
-
-def shared_model(predictor: Predictor) -> LengthPredictor | None:
-    """The part of a predictor that replicas share through Redis (none for the prior)."""
-    if isinstance(predictor, LengthPredictor):
-        return predictor
-    return predictor.lexical if isinstance(predictor, FinetunedLengthPredictor) else None
+    try:
+        return build(spec)
+    except PredictorUnavailable as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def shared_redis(url: str, name: str, max_connections: int = 64) -> Redis:
@@ -149,10 +131,10 @@ def create_app(
         registry = BackendRegistry(
             configs, client, dispatcher, settings.probe_interval_s, reservation_params(settings)
         )
-        shared = shared_model(predictor)
+        shared = predictor.shared
         sync = PredictorSync(shared, redis, settings.predictor_sync_s) if shared is not None else None
         classifier = Classifier(
-            predictor, settings.policy, policy_params(settings),
+            predictor.predictor, settings.policy, policy_params(settings),
             ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),
         )
         telemetry = Telemetry(

@@ -26,6 +26,7 @@ from gateway.settings import ConfigError, Settings
 from gateway.state import Gateway
 from gateway.telemetry.hub import OtelConfig, Telemetry
 from gateway.upstream.client import Upstream, make_client
+from gateway.upstream.probe import HttpProbe
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
@@ -129,7 +130,7 @@ def create_app(
             QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
         )
         registry = BackendRegistry(
-            configs, client, dispatcher, settings.probe_interval_s, reservation_params(settings)
+            configs, HttpProbe(client), dispatcher, settings.probe_interval_s, reservation_params(settings)
         )
         shared = predictor.shared
         sync = PredictorSync(shared, redis, settings.predictor_sync_s) if shared is not None else None

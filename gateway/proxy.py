@@ -31,7 +31,7 @@ from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
 from gateway.schemas import InferenceRequest
 from gateway.telemetry.tracing import BackendCall, Reply, RequestTrace
-from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for
+from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
 from scheduler.errors import NoBackend, SchedulerError
 from scheduler.service import Admission, Scheduler
 from scheduler.types import CallResult, Grant, Outcome, PredictInput
@@ -126,8 +126,9 @@ class Exchange:
     async def read_refusal(self, response: httpx.Response) -> None:
         """The whole body of a non-200 answer to a stream; one that breaks off is a 502."""
         try:
-            await response.aread()
-        except httpx.HTTPError as exc:
+            with upstream_errors():
+                await response.aread()
+        except UpstreamError as exc:
             self.finish(CallResult.failed())
             raise upstream_failed(f"its error answer broke off: {exc}") from None
 

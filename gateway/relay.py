@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.disconnect import ClientGone, DisconnectWatch
 from gateway.errors import error_body
-from gateway.upstream.client import describe
+from gateway.upstream.client import UpstreamError, upstream_errors
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
 # a chunk that carries generated text (a first chat chunk often has only the role)
@@ -68,26 +68,27 @@ async def relay_events(
 ) -> AsyncGenerator[bytes, None]:
     pending = b""
     try:
-        async for chunk in response.aiter_raw():
-            data = pending + chunk if pending else chunk
-            cut = data.rfind(b"\n\n")
-            if cut < 0:
-                pending = data
-                continue
-            block, pending = data[: cut + 2], data[cut + 2 :]
-            if _has_usage(block):
-                block = _take_usage(block, keep_usage, stats)
-            if block:
-                if stats.first_chunk_at is None and _CONTENT.search(block):
-                    stats.first_chunk_at = time.monotonic()
-                stats.events += block.count(b"data: {")
-                yield block
-        if pending.strip():
-            yield pending
-        stats.ended_at = time.monotonic()
-        stats.completed = True
-    except httpx.HTTPError as exc:
-        stats.error = describe(exc)
+        with upstream_errors():
+            async for chunk in response.aiter_raw():
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n\n")
+                if cut < 0:
+                    pending = data
+                    continue
+                block, pending = data[: cut + 2], data[cut + 2 :]
+                if _has_usage(block):
+                    block = _take_usage(block, keep_usage, stats)
+                if block:
+                    if stats.first_chunk_at is None and _CONTENT.search(block):
+                        stats.first_chunk_at = time.monotonic()
+                    stats.events += block.count(b"data: {")
+                    yield block
+            if pending.strip():
+                yield pending
+            stats.ended_at = time.monotonic()
+            stats.completed = True
+    except UpstreamError as exc:
+        stats.error = str(exc)
         yield sse_error(f"the inference backend failed mid-stream: {stats.error}", "upstream_error", "stream_broken")
 
 

@@ -1,12 +1,16 @@
-"""Calls to backends over httpx. The one place httpx errors become gateway errors.
+"""Calls to backends over httpx. ``upstream_errors`` is the one place httpx errors
+become ``UpstreamError``: every call to a backend (requests, streams, probes) runs in it.
 
 One ``AsyncClient`` serves every backend, over ``FastTransport`` (``transport.py``:
-keep-alive connections per host, O(1) per request). Streams are opened with ``send(stream=True)`` so the status is known before the
-client's response starts; the caller must close them (``RelayResponse`` does).
+keep-alive connections per host, O(1) per request). Streams are opened with
+``send(stream=True)`` so the status is known before the client's response starts; the
+caller must close them (``RelayResponse`` does).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -16,7 +20,16 @@ from scheduler.backends.registry import BackendConfig
 
 
 class UpstreamError(Exception):
-    """The backend could not be reached or broke before answering."""
+    """The backend could not be reached, broke, or went silent; ``str()`` says which."""
+
+
+@contextmanager
+def upstream_errors() -> Iterator[None]:
+    """Run a call to a backend: any httpx error leaves it as ``UpstreamError``."""
+    try:
+        yield
+    except httpx.HTTPError as exc:
+        raise UpstreamError(describe(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +69,7 @@ class Upstream:
     async def open(self, call: UpstreamCall, stream: bool) -> httpx.Response:
         """Send the request; for streams, return once the status and headers are in."""
         request = self.client.build_request("POST", call.url, content=call.body, headers=call.headers)
-        try:
+        with upstream_errors():
             response = await self.client.send(request, stream=True)
             if not stream:
                 try:
@@ -64,8 +77,6 @@ class Upstream:
                 finally:
                     await response.aclose()
             return response
-        except httpx.HTTPError as exc:
-            raise UpstreamError(describe(exc)) from exc
 
 
 def describe(exc: httpx.HTTPError) -> str:

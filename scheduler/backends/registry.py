@@ -4,39 +4,31 @@ Each probe round asks every backend for ``/v1/models`` (health and models at onc
 and, when it has them, its Prometheus ``/metrics`` (its own queue and KV cache),
 ticks each adaptive limit, and writes the result into the pool's Redis keys through
 ``backend.lua``. That write is idempotent, so it also restores the registry after
-Redis lost its data.
-
-Circuit breaker: ``fail_threshold`` failures in a row (probes or real requests:
-connect errors, 5xx, broken streams) open it and take the backend out. A good probe
-half-opens it: the backend comes back with a trickle of one slot, and its full limit
-returns after ``recover_successes`` good answers.
+Redis lost its data. The asking itself is a ``Probe``'s (HTTP, in
+``gateway/upstream/probe.py``); health follows from the answers through each
+backend's circuit breaker (``breaker.py``): a backend coming back gets a trickle of
+one slot until it has answered well ``recover_successes`` times.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-import httpx
 from redis.exceptions import RedisError
 
 from scheduler.backends import engine_metrics
+from scheduler.backends.breaker import Breaker, Health
 from scheduler.policy.limits import AdaptiveLimit, LimitParams
 from scheduler.policy.reservation import Reservation, ReservationParams
 from scheduler.queue.dispatcher import Dispatcher
 from scheduler.types import BackendRecord
 
 log = logging.getLogger("triage.backends")
-
-
-class Health(enum.StrEnum):
-    UP = "up"
-    DOWN = "down"  # circuit open
-    PROBING = "probing"  # half-open: a trickle of traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +44,30 @@ class BackendConfig:
     limit: LimitParams | None = None  # None: a static limit of max_concurrency
 
 
+class MetricsNotServed(Exception):
+    """The backend answers, but has no Prometheus ``/metrics``: don't ask again."""
+
+
+class Probe(Protocol):
+    """Asks one backend how it is."""
+
+    async def models(self, backend: BackendConfig) -> list[str] | None:
+        """The ids its ``/v1/models`` lists; None when it gave no good answer."""
+        ...
+
+    async def metrics(self, backend: BackendConfig) -> str | None:
+        """Its Prometheus text; None when it could not be had this time (``MetricsNotServed``
+        when it has none)."""
+        ...
+
+
 @dataclass(slots=True)
 class BackendState:
     config: BackendConfig
     limiter: AdaptiveLimit
     reservation: Reservation
+    breaker: Breaker
     models: set[str] = field(default_factory=set)
-    health: Health = Health.PROBING
-    failures: int = 0  # consecutive
-    successes: int = 0  # consecutive, while probing
     errors_total: int = 0
     in_flight: int = 0  # leases held on it, all replicas (read from Redis each probe)
     borrowed: int = 0
@@ -68,11 +75,14 @@ class BackendState:
     ttft: deque[float] = field(default_factory=lambda: deque(maxlen=200))
     tpot: deque[float] = field(default_factory=lambda: deque(maxlen=200))
     has_metrics: bool | None = None  # None: not tried yet
-    probed: bool = False
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def health(self) -> Health:
+        return self.breaker.health
 
     @property
     def healthy(self) -> bool:
@@ -95,18 +105,16 @@ class BackendRegistry:
     def __init__(
         self,
         configs: Iterable[BackendConfig],
-        client: httpx.AsyncClient,
+        probe: Probe,
         dispatcher: Dispatcher,
         probe_interval_s: float,
         reservation: ReservationParams | None = None,
         fail_threshold: int = 3,
         recover_successes: int = 3,
     ) -> None:
-        self._client = client
+        self._probe_backend = probe
         self._dispatcher = dispatcher
         self._interval = probe_interval_s
-        self._fail_threshold = fail_threshold
-        self._recover = recover_successes
         configs = list(configs)
         self.reservations: dict[str, Reservation] = {}
         for pool in {c.pool for c in configs}:
@@ -116,7 +124,8 @@ class BackendRegistry:
         for c in configs:
             params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
             self.backends[c.name] = BackendState(
-                c, AdaptiveLimit(params), self.reservations[c.pool], set(c.models or ())
+                c, AdaptiveLimit(params), self.reservations[c.pool],
+                Breaker(fail_threshold, recover_successes), set(c.models or ()),
             )
         self._task: asyncio.Task[None] | None = None
 
@@ -174,54 +183,33 @@ class BackendRegistry:
                     pass
 
     async def _probe(self, backend: BackendState) -> None:
-        headers = {"authorization": f"Bearer {backend.config.api_key}"} if backend.config.api_key else {}
-        try:
-            resp = await self._client.get(f"{backend.config.url}/v1/models", headers=headers, timeout=5.0)
-            ok = resp.status_code == 200
-            if ok and backend.config.models is None:
-                backend.models = {m["id"] for m in resp.json().get("data", []) if isinstance(m, dict)}
-        except (httpx.HTTPError, ValueError):
-            ok = False
+        models = await self._probe_backend.models(backend.config)
+        ok = models is not None
+        if models is not None and backend.config.models is None:
+            backend.models = set(models)
         if ok and backend.has_metrics is not False:
-            await self._scrape(backend, headers)
+            await self._scrape(backend)
         self._record(backend, ok)
         backend.limiter.tick()
         await self.publish(backend)
 
-    async def _scrape(self, backend: BackendState, headers: dict[str, str]) -> None:
+    async def _scrape(self, backend: BackendState) -> None:
         try:
-            resp = await self._client.get(f"{backend.config.url}/metrics", headers=headers, timeout=5.0)
-        except httpx.HTTPError:
-            return
-        if resp.status_code != 200:
+            text = await self._probe_backend.metrics(backend.config)
+        except MetricsNotServed:
             backend.has_metrics = False  # an engine without metrics: don't ask again
             return
-        backend.has_metrics = True
-        backend.limiter.on_engine(engine_metrics.parse(resp.text))
+        if text is not None:
+            backend.has_metrics = True
+            backend.limiter.on_engine(engine_metrics.parse(text))
 
     def _record(self, backend: BackendState, ok: bool) -> None:
-        first = not backend.probed
-        backend.probed = True
-        if ok and first:
-            backend.health = Health.UP  # at start-up a good answer is enough
-            return
-        if not ok:
-            backend.failures += 1
-            backend.successes = 0
-            if backend.health is not Health.DOWN and backend.failures >= self._fail_threshold:
-                log.warning("backend %s is down after %d failures", backend.name, backend.failures)
-                backend.health = Health.DOWN
-            elif backend.health is Health.PROBING:
-                backend.health = Health.DOWN
-            return
-        backend.failures = 0
-        if backend.health is Health.DOWN:
-            backend.health, backend.successes = Health.PROBING, 0
-        elif backend.health is Health.PROBING:
-            backend.successes += 1
-            if backend.successes >= self._recover:
-                log.info("backend %s is up", backend.name)
-                backend.health = Health.UP
+        before = backend.health
+        after = backend.breaker.observe(ok)
+        if after is not before and after is Health.DOWN:
+            log.warning("backend %s is down (%d failures in a row)", backend.name, backend.breaker.failures)
+        elif after is not before and after is Health.UP:
+            log.info("backend %s is up", backend.name)
 
     def report(
         self, name: str, ok: bool, overloaded: bool = False, ttft_s: float | None = None,
@@ -277,7 +265,7 @@ def _view(b: BackendState) -> dict[str, object]:
         "in_flight": b.in_flight, "long_cap": b.reservation.long_cap(b.limit), "borrowed": b.borrowed,
         "ttft_p50_s": _percentile(b.ttft, 0.5), "ttft_p90_s": _percentile(b.ttft, 0.9),
         "tpot_p50_s": _percentile(b.tpot, 0.5), "tpot_p99_s": _percentile(b.tpot, 0.99),
-        "errors_total": b.errors_total, "consecutive_failures": b.failures,
+        "errors_total": b.errors_total, "consecutive_failures": b.breaker.failures,
         "engine": {"running": e.running, "waiting": e.waiting, "kv_cache_usage": e.kv_usage},
         "weight": b.config.weight, "engine_priority": b.config.engine_priority,
     }

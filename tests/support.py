@@ -8,7 +8,9 @@ from collections.abc import Awaitable, Callable
 
 from simulator.testing import running_app
 
-__all__ = ["eventually", "running_app"]
+__all__ = ["MODEL", "eventually", "running_app"]
+
+MODEL = "sim-model"  # the model the shared simulator serves
 
 
 async def eventually(condition: Callable[[], Awaitable[bool] | bool], within_s: float = 10.0) -> None:

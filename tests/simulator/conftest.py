@@ -12,8 +12,7 @@ from openai import AsyncOpenAI
 
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-
-MODEL = "sim-model"
+from tests.support import MODEL
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Observability fixtures: a real simulator, real gateways with an in-memory span exporter."""
+"""Observability fixtures: real gateways with an in-memory span exporter, in front of
+the session's simulator."""
 
 from __future__ import annotations
 
@@ -18,17 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.telemetry.hub import OtelConfig
-from simulator.settings import SimSettings
-from simulator.testing import running_simulator
-from tests.support import running_app
-
-MODEL = "sim-model"
-
-
-@pytest.fixture(scope="session")
-def sim_url() -> Iterator[str]:
-    with running_simulator(SimSettings(profile="fast", model=MODEL, max_num_seqs=64)) as url:
-        yield url
+from tests.support import MODEL, running_app
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from gateway.app import create_app, shared_redis
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
 from scheduler.queue.keys import PoolKeys
-from tests.faults.conftest import MODEL, chat, stream_tokens
+from tests.e2e.faults.conftest import MODEL, chat, stream_tokens
 from tests.support import eventually, running_app
 
 

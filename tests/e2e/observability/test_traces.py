@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from gateway.telemetry import semconv as sc
 from scheduler.queue.keys import PoolKeys
-from tests.observability.conftest import MODEL, stream_chat
+from tests.e2e.observability.conftest import MODEL, stream_chat
 from tests.support import eventually, running_app
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

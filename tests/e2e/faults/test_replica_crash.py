@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from gateway.embedded import free_port
 from scheduler.queue.keys import PoolKeys
-from tests.faults.conftest import MODEL, stream_tokens
+from tests.e2e.faults.conftest import MODEL, stream_tokens
 from tests.support import eventually
 
 LEASE_TTL = 3.0

@@ -9,7 +9,7 @@ import httpx
 
 from gateway.settings import hash_key
 from gateway.telemetry.stats import percentile
-from tests.observability.conftest import MODEL, get_json, scrape, stream_chat, total
+from tests.e2e.observability.conftest import MODEL, get_json, scrape, stream_chat, total
 
 LENGTHS = [2 + i % 7 for i in range(20)]  # 20 streamed requests of known output lengths
 

@@ -18,7 +18,7 @@ from scheduler.predictor.embed import EmbedConfig, EmbeddingLengthPredictor, Emb
 from scheduler.predictor.lexical import PredictorConfig
 from scheduler.queue.keys import predictor_key
 from scheduler.types import PredictionSource
-from tests.scheduler.test_predictor import ask, learn_in_turns
+from tests.scheduler.predictor.test_lexical import ask, learn_in_turns
 
 
 class BagEncoder:

@@ -14,9 +14,8 @@ from gateway.settings import ConfigError, load_settings
 from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor
 from scheduler.predictor.lexical import PredictorConfig
 from scheduler.queue.keys import predictor_key
-from tests.gateway.conftest import MODEL
-from tests.scheduler.test_predictor_finetune import essays_and_yes_nos, skip_without_extra
-from tests.support import eventually
+from tests.scheduler.predictor.test_finetune import essays_and_yes_nos, skip_without_extra
+from tests.support import MODEL, eventually
 
 
 async def test_observed_lengths_reach_the_shared_predictor(

@@ -16,9 +16,7 @@ from scheduler.queue.keys import PoolKeys
 from simulator.faults import FaultSettings
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.support import eventually
-
-MODEL = "sim-model"
+from tests.support import MODEL, eventually
 
 
 async def _answer_probe(writer: asyncio.StreamWriter) -> None:

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.telemetry.hub import OtelConfig
-from tests.observability.conftest import MODEL, stream_chat
+from tests.e2e.observability.conftest import MODEL, stream_chat
 from tests.support import running_app
 
 

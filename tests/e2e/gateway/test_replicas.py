@@ -9,7 +9,7 @@ import httpx
 
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.gateway.conftest import MODEL
+from tests.support import MODEL
 
 
 async def test_two_replicas_never_exceed_max_concurrency(gateway_factory: Callable[..., str]) -> None:

@@ -1,5 +1,5 @@
-"""Fault tests reuse the gateway fixtures (real simulators and gateways on loopback)
-and share a slow simulator and a streaming client that counts what arrives."""
+"""Fault tests share a slow simulator and a streaming client that counts what arrives
+(the gateway fixtures come from ``tests/e2e/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import pytest
 
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.gateway.conftest import gateway_factory, sim_url  # noqa: F401
-
-MODEL = "sim-model"
+from tests.support import MODEL
 
 
 @pytest.fixture

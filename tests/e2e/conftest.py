@@ -1,4 +1,4 @@
-"""Gateway fixtures: a real simulator and real gateway servers on loopback."""
+"""End-to-end fixtures: real gateway servers on loopback, in front of real simulators."""
 
 from __future__ import annotations
 
@@ -10,17 +10,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import Settings
-from simulator.settings import SimSettings
-from simulator.testing import running_simulator
-from tests.support import running_app
-
-MODEL = "sim-model"
-
-
-@pytest.fixture(scope="session")
-def sim_url() -> Iterator[str]:
-    with running_simulator(SimSettings(profile="fast", model=MODEL, max_num_seqs=64)) as url:
-        yield url
+from tests.support import MODEL, running_app
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from redis.asyncio import Redis
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.gateway.conftest import MODEL
-from tests.support import eventually
+from tests.support import MODEL, eventually
 
 LONG = 20_000  # tokens: holds the only slot until its client leaves
 

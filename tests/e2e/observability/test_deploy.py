@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.observability.conftest import scrape, stream_chat
+from tests.e2e.observability.conftest import scrape, stream_chat
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

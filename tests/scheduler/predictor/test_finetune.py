@@ -17,7 +17,7 @@ from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredicto
 from scheduler.predictor.lexical import PredictorConfig
 from scheduler.predictor.network import length_batches
 from scheduler.types import PredictInput, PredictionSource
-from tests.scheduler.test_predictor import ask
+from tests.scheduler.predictor.test_lexical import ask
 
 
 def make(**kw: Any) -> FinetunedLengthPredictor:

@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 from gateway.upstream.transport import FastTransport
-from tests.gateway.conftest import MODEL
-from tests.support import eventually
+from tests.support import MODEL, eventually
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import MODEL
+from tests.support import MODEL
 
 
 @pytest.fixture

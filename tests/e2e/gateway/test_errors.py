@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from gateway.settings import hash_key
-from tests.gateway.conftest import MODEL
+from tests.support import MODEL
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]

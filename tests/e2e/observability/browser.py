@@ -1,7 +1,7 @@
 """A headless Chromium driven over the DevTools protocol (a websocket), for page tests.
 
-``find_chromium`` returns the binary, installing Debian's ``chromium`` package when
-it is missing and this runs as root with apt-get (as CI does); None when neither.
+``find_chromium`` returns the binary, or None when there is none: tests never install
+anything (``.ci/run`` installs Debian's ``chromium`` package for CI).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import os
 import shutil
 import subprocess
 import tempfile
@@ -35,13 +34,6 @@ def find_chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if path := shutil.which(name):
             return path
-    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
-        if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=300)
-            subprocess.run(install, env=env, capture_output=True, timeout=900)
-        return shutil.which("chromium")
     return None
 
 

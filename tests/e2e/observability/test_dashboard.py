@@ -8,8 +8,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.observability.browser import find_chromium, open_page
-from tests.observability.conftest import get_json, stream_chat
+from tests.e2e.observability.browser import find_chromium, open_page
+from tests.e2e.observability.conftest import get_json, stream_chat
 from tests.support import eventually
 
 
@@ -17,7 +17,7 @@ from tests.support import eventually
 def chromium() -> str:
     binary = find_chromium()
     if binary is None:
-        pytest.skip("no Chromium here and it cannot be installed (apt-get install chromium needs root)")
+        pytest.skip("no Chromium on this machine (apt-get install chromium; .ci/run does)")
     return binary
 
 

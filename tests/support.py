@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from simulator.testing import running_app
 
-__all__ = ["MODEL", "eventually", "running_app"]
+__all__ = ["MODEL", "ROOT", "eventually", "running_app"]
 
 MODEL = "sim-model"  # the model the shared simulator serves
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 async def eventually(condition: Callable[[], Awaitable[bool] | bool], within_s: float = 10.0) -> None:

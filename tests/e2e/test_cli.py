@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gateway.embedded import free_port
+from tests.support import ROOT
 
 TRIAGE = [sys.executable, "-m", "triage"]
 
@@ -104,7 +105,7 @@ def test_serve_on_embedded_defaults_and_ctrl_c(tmp_path: Path) -> None:
 def test_the_example_config_is_valid() -> None:
     from gateway.settings import load_settings
 
-    example = Path(__file__).resolve().parents[2] / "deploy" / "triage.example.yaml"
+    example = ROOT / "deploy" / "triage.example.yaml"
     settings = load_settings(example)
     assert [b.name for b in settings.backends] == ["gpu-a", "gpu-b"]
     assert settings.api_keys[0].tenant == "acme"

@@ -8,15 +8,14 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
 from tests.e2e.observability.conftest import scrape, stream_chat
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DASHBOARD = ROOT / "deploy/grafana/dashboards/triage.json"
 

@@ -38,7 +38,7 @@ class Pick:
 
 
 def pick_backend(
-    serving: Iterable[str], states: Mapping[str, SlotState], predicted: float, restricted: bool,
+    serving: Iterable[str], states: Mapping[str, SlotState], predicted: float, restricted: bool = False,
     avoid: str = "", open_waiting: int = 0, quiet: bool = False,
 ) -> Pick:
     """Which backend with a free slot should take this ticket, and is the slot borrowed?

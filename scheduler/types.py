@@ -148,8 +148,9 @@ class Lease:
 
 
 class MessageKind(enum.StrEnum):
-    GRANT = "G"
-    EVICT = "E"
+    GRANT = "G"  # a backend slot for the ticket
+    EVICT = "E"  # taken out of the queue: its deadline passed, or it was shed
+    LOST = "L"  # waited for, but the queue no longer has it: queue it again
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,7 @@ class Message:
 
     kind: MessageKind
     ticket: str
-    detail: str  # the backend for a grant, the reason for an eviction ("deadline", "shed")
+    detail: str  # the backend for a grant, the reason for an eviction ("deadline", "shed") or a loss
     borrowed: bool = False  # a grant of a slot reserved for open (short) work
 
 

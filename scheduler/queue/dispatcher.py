@@ -230,6 +230,11 @@ class Dispatcher:
         for msg in messages:
             if msg.kind is MessageKind.GRANT and msg.ticket in self._held[pool]:
                 continue  # told twice (a retried call's answer and the inbox): one lease
+            if msg.kind is MessageKind.LOST:
+                lost = self._waiters.get(msg.ticket)
+                if lost is not None:  # still waited for: queue it again
+                    self._spawn(self._requeue(lost))
+                continue
             waiter = self._waiters.pop(msg.ticket, None)
             if msg.kind is MessageKind.GRANT:
                 spec = waiter.spec if waiter is not None else None
@@ -307,7 +312,8 @@ class Dispatcher:
     async def heartbeat(self, pool: str) -> None:
         keys = self._keys[pool]
         sent = dict(self._held[pool])
-        epoch, granted, messages = await self._scripts.heartbeat(keys, self.owner, sent, self.quiet[pool])
+        waiting = [t for t, w in self._waiters.items() if w.pool == pool]
+        epoch, granted, messages = await self._scripts.heartbeat(keys, self.owner, sent, self.quiet[pool], waiting)
         self._drain[pool].observe(time.monotonic(), granted)
         self._deliver(pool, messages)
         fresh = self._epochs.get(pool, epoch) != epoch
@@ -324,11 +330,15 @@ class Dispatcher:
     async def _requeue_lost(self, pool: str) -> None:
         """Redis came back empty: queue our waiters again (their tickets were lost)."""
         for waiter in [w for w in self._waiters.values() if w.pool == pool]:
-            if waiter.future.done() or self._waiters.get(waiter.spec.id) is not waiter:
-                continue  # granted or gone while an earlier one was being queued
-            try:
-                await self._enqueue(waiter)
-            except Exception as exc:  # noqa: BLE001 - each waiter gets its own error
-                self._waiters.pop(waiter.spec.id, None)
-                if not waiter.future.done():
-                    waiter.future.set_exception(exc)
+            await self._requeue(waiter)
+
+    async def _requeue(self, waiter: _Waiter) -> None:
+        """Queue a waiter's lost ticket again (same id: a retried enqueue is a no-op)."""
+        if waiter.future.done() or self._waiters.get(waiter.spec.id) is not waiter:
+            return  # granted or gone meanwhile
+        try:
+            await self._enqueue(waiter)
+        except Exception as exc:  # noqa: BLE001 - each waiter gets its own error
+            self._waiters.pop(waiter.spec.id, None)
+            if not waiter.future.done():
+                waiter.future.set_exception(exc)

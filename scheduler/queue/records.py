@@ -15,6 +15,7 @@ queued ticket           owner | model | tenant | class | predicted | deadline | 
 lease (``P:lease``)     backend | owner | predicted | restricted | borrowed   (0/1 flags)
 grant message           G | ticket | backend | borrowed
 eviction message        E | ticket | reason               (reason: deadline, shed)
+lost message            L | ticket | lost                 (waited for, but no longer queued)
 ======================  ==================================================================
 """
 
@@ -71,8 +72,8 @@ def parse_lease(raw: bytes | str) -> Lease:
 
 def pack_message(msg: Message) -> str:
     if msg.kind is MessageKind.GRANT:
-        return SEP.join(("G", msg.ticket, msg.detail, _flag(msg.borrowed)))
-    return SEP.join(("E", msg.ticket, msg.detail))
+        return SEP.join((msg.kind.value, msg.ticket, msg.detail, _flag(msg.borrowed)))
+    return SEP.join((msg.kind.value, msg.ticket, msg.detail))
 
 
 def parse_message(raw: bytes | str) -> Message:

@@ -8,6 +8,7 @@ after a Redis restart (NOSCRIPT).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -80,13 +81,15 @@ class Scripts:
         return bool(await self._cancel(keys=[keys.base], args=[ticket]))
 
     async def heartbeat(
-        self, keys: PoolKeys, me: str, leases: dict[str, str], quiet: bool = False
+        self, keys: PoolKeys, me: str, leases: dict[str, str], quiet: bool = False, waiting: Iterable[str] = (),
     ) -> tuple[str, int, list[Message]]:
         """``leases``: lease id -> lease record. ``quiet``: no open (short) work expected.
+        ``waiting``: the tickets this replica waits for (a lost one is reported).
         Returns this Redis's epoch, the pool's grant counter and the messages for me."""
-        args = [*self._common(me), 1 if quiet else 0]
+        args = [*self._common(me), 1 if quiet else 0, len(leases)]
         for lease, record in leases.items():
             args += [lease, record]
+        args += list(waiting)
         raw = await self._heartbeat(keys=[keys.base], args=args)
         epoch = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
         return epoch, int(raw[1]), [parse_message(m) for m in raw[2:]]

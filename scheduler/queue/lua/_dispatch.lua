@@ -10,6 +10,7 @@
 --                        K.owned(owner), so a replica can find grants it was never told of
 --   grant message:       G|<ticket>|<backend>|<borrowed 0/1>
 --   eviction message:    E|<ticket>|<reason>
+--   lost message:        L|<ticket>|lost   (a waited-for ticket the queue no longer has)
 
 local function pool_keys(base)
   return {
@@ -76,6 +77,10 @@ end
 
 local function evict_message(tid, reason)
   return 'E|' .. tid .. '|' .. reason
+end
+
+local function lost_message(tid)
+  return 'L|' .. tid .. '|lost'
 end
 
 -- -- leases: the one place a slot is taken or given back -------------------------------

@@ -1,13 +1,16 @@
 -- A replica's periodic tick: prove it is alive, renew its leases, and dispatch
 -- (so slots of a dead replica's expired leases go to queued work without traffic).
 -- KEYS[1]: pool base. ARGV: me, lease_ttl, owner_ttl, max_scan, quiet (0/1: the open
---   class has had no recent arrivals), then for every lease this replica holds:
---   lease id, its lease record.
+--   class has had no recent arrivals), n (leases that follow), then for each of the n
+--   leases this replica holds: lease id, its lease record; then the ids of the tickets
+--   this replica is waiting for.
 -- A lease missing here (Redis restarted and lost it) is recreated with its slot,
 -- so the busy count again matches the requests really running. A lease of this
 -- replica missing from its list is a grant it was never told of (the reply that
 -- carried it was lost with its connection): it is renewed and told again, so the
--- waiter gets it, or the replica releases it.
+-- waiter gets it, or the replica releases it. A waited-for ticket that is neither queued
+-- nor granted was dropped while this replica looked dead (its heartbeat was late, and
+-- another replica's dispatch met the ticket): it is reported lost, to be queued again.
 -- Returns {epoch, tickets granted so far in the pool, messages for me...}.
 local K = pool_keys(KEYS[1])
 local me = ARGV[1]
@@ -20,7 +23,8 @@ else
   redis.call('DEL', K.quiet)
 end
 local held = {}
-for i = 6, #ARGV, 2 do
+local waiting_from = 7 + 2 * tonumber(ARGV[6])
+for i = 7, waiting_from - 1, 2 do
   local lid = ARGV[i]
   held[lid] = true
   if not redis.call('ZSCORE', K.leases, lid) then
@@ -39,6 +43,12 @@ for _, lid in ipairs(redis.call('SMEMBERS', K.owned(me))) do
     else
       redis.call('SREM', K.owned(me), lid)
     end
+  end
+end
+for i = waiting_from, #ARGV do
+  local tid = ARGV[i]
+  if redis.call('HEXISTS', K.tickets, tid) == 0 and redis.call('HEXISTS', K.lease, tid) == 0 then
+    out[#out + 1] = lost_message(tid)
   end
 end
 for _, msg in ipairs(dispatch(K, me, lease_ttl, max_scan, now)) do

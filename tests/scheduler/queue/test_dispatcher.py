@@ -258,3 +258,24 @@ async def test_a_lost_grant_nobody_waits_for_is_released(make, redis, prefix) ->
     assert await busy(redis, prefix) == 1
     await eventually(lambda: busy_is(redis, prefix, 0))  # well before the 30 s lease runs out
     assert await redis.scard(keys.owned(d.owner)) == 0
+
+
+async def test_a_late_replicas_dropped_ticket_is_queued_again(make, redis, prefix) -> None:
+    """A replica whose loop stalled past its owner TTL looks dead: another replica's
+    dispatch drops its queued tickets. Its next heartbeat finds them gone and queues them
+    again, so the waiter is granted instead of waiting for its deadline."""
+    late = make(hb=60)  # the test beats for it
+    await late.start()
+    other = make(hb=60)
+    await add_backend(late, limit=0)  # no slot yet: the ticket queues
+    waiting = asyncio.create_task(late.acquire(spec(), POOL))
+    keys = PoolKeys(prefix, POOL)
+    await eventually(lambda: queue_len(redis, keys, lambda n: n == 1))
+    await redis.zadd(keys.owners, {late.owner: 0})  # its heartbeat is overdue
+    await add_backend(other, limit=1)  # the other replica's dispatch meets the ticket, drops it
+    assert await redis.zcard(keys.queue) == 0 and not waiting.done()
+    await late.heartbeat(POOL)  # the late replica is back
+    async with asyncio.timeout(30):  # a hang guard
+        grant = await waiting
+    assert grant.backend == "b1"
+    assert await busy(redis, prefix) == 1

@@ -75,7 +75,13 @@ class Conn:
             self._deadline = None
 
     def _arm(self, timeout: float) -> None:
+        """Time out the coming read ``timeout`` from now. A pending timer for a later
+        deadline (an earlier, longer read) is moved earlier; one already earlier re-arms
+        itself when it fires."""
         self._deadline = self._loop.time() + timeout
+        if self._timer is not None and self._timer.when() > self._deadline:
+            self._timer.cancel()
+            self._timer = None
         if self._timer is None:
             self._timer = self._loop.call_at(self._deadline, self._check)
 

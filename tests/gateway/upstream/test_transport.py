@@ -217,3 +217,22 @@ async def test_a_read_timeout_is_per_read_not_per_response(client: httpx.AsyncCl
 
     async with RawServer(slow_but_steady) as url:
         assert (await client.get(url)).content == b"x" * 8
+
+
+async def test_a_shorter_read_timeout_after_a_longer_one_holds() -> None:
+    """A probe (5 s) after a request (600 s) on the same connection must time out on its
+    own deadline, not on the earlier read's (the watchdog timer is moved earlier)."""
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+    async def answer_once_then_hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(ok)
+        await writer.drain()
+        await reader.read()  # the second request never gets an answer
+
+    async with RawServer(answer_once_then_hang) as url, httpx.AsyncClient(transport=FastTransport()) as c:
+        first = await c.get(f"{url}/a", timeout=httpx.Timeout(5.0, read=600.0))
+        assert first.text == "ok"
+        async with asyncio.timeout(60):  # a hang guard, far from both deadlines
+            with pytest.raises(httpx.ReadTimeout):
+                await c.get(f"{url}/b", timeout=httpx.Timeout(5.0, read=0.2))

@@ -25,11 +25,11 @@ from starlette.responses import JSONResponse, Response
 from simulator.encoding import FrameWriter, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
-from simulator.lengths import natural_length, plan_output, prompt_hash
+from simulator.lengths import OutputPlan, natural_length, plan_output, prompt_hash
 from simulator.metrics import Metrics
 from simulator.parsing import parse_request
 from simulator.profiles import Profile
-from simulator.protocol import ApiError, Endpoint, FinishReason
+from simulator.protocol import ApiError, Endpoint, FinishReason, GenerationRequest
 from simulator.responses import DroppedResponse, TokenStream, wait_finished
 from simulator.sequence import Sequence
 from simulator.settings import SimSettings
@@ -139,13 +139,10 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
             code=refusal.status_code,
             retry_after=refusal.retry_after,
         )
-    req = parse_request(endpoint, await request.body(), state.model, state.max_model_len)
+    req = parse_request(endpoint, await request.body(), state.model, state.max_model_len, state.vocab)
 
-    profile, engine = state.profile, state.engine
-    key = prompt_hash(req.prompt_text, profile.seed)
-    room = state.max_model_len - req.prompt_tokens
-    natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, room)
-    plan = plan_output(natural, req.max_tokens, req.min_tokens, req.ignore_eos, room)
+    engine = state.engine
+    start, plan = _reply(state, req)
     seq = Sequence(
         req.prompt_tokens,
         plan.tokens,
@@ -158,7 +155,6 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
 
     request_id = new_request_id(endpoint)
     created = int(time.time())
-    start = state.vocab.start_for(key)
     if req.stream:
         writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start)
         return TokenStream(engine, seq, writer, req.include_usage)
@@ -180,6 +176,24 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         seq.generated,
     )
     return Response(body, media_type="application/json")
+
+
+def _reply(state: SimState, req: GenerationRequest) -> tuple[int, OutputPlan]:
+    """Where this reply starts in the vocabulary cycle, and how long it is.
+
+    Both are keyed on the original prompt: a continuation goes on from the words it
+    carries, and gets what is left of the original reply's natural length, so a reply
+    cut and continued ends where the uncut one would.
+    """
+    profile, prompt = state.profile, req.prompt
+    key = prompt_hash(prompt.original, profile.seed)
+    limit = state.max_model_len - prompt.original_tokens
+    natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, limit)
+    room = state.max_model_len - req.prompt_tokens
+    plan = plan_output(max(0, natural - prompt.run), req.max_tokens, req.min_tokens, req.ignore_eos, room)
+    if prompt.run:
+        return (prompt.run_start + prompt.run) % len(state.vocab), plan
+    return state.vocab.start_for(key), plan
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:

@@ -112,6 +112,8 @@ class Engine:
                 if seq.streamed:
                     seq.notify()
             for seq in result.finished:
+                if seq.generated == 0 and seq.finish_reason is not FinishReason.ABORT:
+                    metrics.prompt_tokens += seq.prompt_tokens  # ended at EOS without a token
                 self._record_finish(seq, now)
 
     def _record_finish(self, seq: Sequence, now: float) -> None:

@@ -138,6 +138,10 @@ class Scheduler:
             seq.computed += n
             if seq.computed < seq.prompt_tokens + seq.generated:
                 continue  # a prefill chunk that did not reach the end of the prompt
+            if seq.target_tokens == 0:  # EOS is the first thing sampled: nothing to deliver
+                seq.finish(seq.planned_reason, now)
+                finished.append(seq)
+                continue
             seq.generated += 1
             if seq.first_token_at is None:
                 seq.first_token_at = now

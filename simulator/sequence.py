@@ -43,7 +43,7 @@ class Sequence:
         drop_after: int | None = None,
     ) -> None:
         self.prompt_tokens = prompt_tokens
-        self.target_tokens = target_tokens  # output length decided at admission
+        self.target_tokens = target_tokens  # output length decided at admission; 0: EOS right away
         self.planned_reason = planned_reason  # finish reason once target_tokens are out
         self.drop_after = drop_after  # injected fault: end as aborted after this many tokens
         self.streamed = streamed

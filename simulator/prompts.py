@@ -1,0 +1,89 @@
+"""Reading a request's prompt: the original prompt, and any of the model's output after it.
+
+A paused generation is resumed by sending the text so far back as part of the prompt.
+This module finds that text, so the reply can go on from it (``simulator/textgen.py``
+has the rule) and the output length stays keyed on the original prompt:
+
+- chat with ``continue_final_message``: the last message (the assistant's) is split into
+  its trailing run of vocabulary words and what comes before it. The original prompt is
+  the messages before it, plus an assistant message with that leading text if there is
+  any; the run is the output already generated.
+- completions: the prompt's trailing run is the output already generated; the text
+  before it is the original prompt. Token-id prompts are always fresh.
+
+Prompt tokens are the original prompt's estimate (``ceil(characters / 4)`` over the
+message contents, or the prompt) plus one per word of the run, so a continuation counts
+the original prompt plus the tokens already produced, as a real tokenizer would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.protocol import ApiError, Prompt
+from simulator.textgen import Vocabulary
+
+
+def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Prompt:
+    """The prompt of a chat request. Raises ``ApiError`` for bad messages."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "Missing required parameter: 'messages'.", param="messages")
+    turns: list[tuple[str, str]] = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ApiError(400, "Each message must be an object with a 'role'.", param="messages")
+        turns.append((message["role"], content_text(message.get("content"))))
+
+    run_length, run_start = 0, 0
+    if continue_final:
+        role, content = turns.pop()
+        if role != "assistant":
+            raise ApiError(
+                400,
+                "Cannot set `continue_final_message` to True when the last message is not "
+                "from the assistant.",
+                param="continue_final_message",
+            )
+        run = vocab.trailing_run(content)
+        run_length, run_start = run.length, run.first
+        if run.head:
+            turns.append((role, content[: run.head]))
+
+    # Only contents count toward the estimate; roles are part of the key, so that the same
+    # words as system prompt and as user turn are different prompts.
+    return Prompt(
+        original="\n".join(part for turn in turns for part in turn),
+        text_tokens=(sum(len(content) for _, content in turns) + 3) // 4,
+        run=run_length,
+        run_start=run_start,
+    )
+
+
+def completion_prompt(prompt: Any, vocab: Vocabulary) -> Prompt:
+    """The prompt of a completions request. Raises ``ApiError`` for an unsupported prompt."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        run = vocab.trailing_run(prompt)
+        head = prompt[: run.head]
+        return Prompt(original=head, text_tokens=(len(head) + 3) // 4, run=run.length, run_start=run.first)
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        # Token ids: the count is exact; the ids themselves key the output length.
+        return Prompt(original=",".join(map(str, prompt)), text_tokens=len(prompt), run=0, run_start=0)
+    raise ApiError(
+        400, "Missing or unsupported 'prompt': send a string or a list of token ids.", param="prompt"
+    )
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(texts)
+    raise ApiError(400, "Message content must be a string or a list of parts.", param="messages")

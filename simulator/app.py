@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from simulator.encoding import FrameWriter, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
+from simulator.length_table import LengthTable, load_length_table
 from simulator.lengths import OutputPlan, natural_length, plan_output, prompt_hash
 from simulator.metrics import Metrics
 from simulator.parsing import parse_request
@@ -47,11 +48,14 @@ class SimState:
     metrics: Metrics
     faults: FaultInjector
     vocab: Vocabulary
+    lengths: LengthTable | None  # known natural lengths, from settings.length_table
 
 
 def create_app(settings: SimSettings) -> FastAPI:
+    """The simulator app. Raises ``LengthTableError`` for a bad ``settings.length_table``."""
     profile = settings.resolve_profile()
     metrics = Metrics(settings.model)
+    vocab = Vocabulary()
     state = SimState(
         model=settings.model,
         profile=profile,
@@ -60,7 +64,8 @@ def create_app(settings: SimSettings) -> FastAPI:
         engine=Engine(profile, metrics),
         metrics=metrics,
         faults=FaultInjector(settings.faults, seed=profile.seed),
-        vocab=Vocabulary(),
+        vocab=vocab,
+        lengths=load_length_table(settings.length_table, vocab) if settings.length_table else None,
     )
 
     @asynccontextmanager
@@ -187,8 +192,10 @@ def _reply(state: SimState, req: GenerationRequest) -> tuple[int, OutputPlan]:
     """
     profile, prompt = state.profile, req.prompt
     key = prompt_hash(prompt.original, profile.seed)
-    limit = state.max_model_len - prompt.original_tokens
-    natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, limit)
+    natural = state.lengths.natural(req.endpoint, prompt) if state.lengths else None
+    if natural is None:
+        limit = state.max_model_len - prompt.original_tokens
+        natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, limit)
     room = state.max_model_len - req.prompt_tokens
     plan = plan_output(max(0, natural - prompt.run), req.max_tokens, req.min_tokens, req.ignore_eos, room)
     if prompt.run:

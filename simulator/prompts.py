@@ -49,10 +49,12 @@ def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Promp
         if run.head:
             turns.append((role, content[: run.head]))
 
+    users = [content for role, content in turns if role == "user"]
     # Only contents count toward the estimate; roles are part of the key, so that the same
     # words as system prompt and as user turn are different prompts.
     return Prompt(
         original="\n".join(part for turn in turns for part in turn),
+        table_key=users[-1] if users else None,
         text_tokens=(sum(len(content) for _, content in turns) + 3) // 4,
         run=run_length,
         run_start=run_start,
@@ -66,14 +68,22 @@ def completion_prompt(prompt: Any, vocab: Vocabulary) -> Prompt:
     if isinstance(prompt, str):
         run = vocab.trailing_run(prompt)
         head = prompt[: run.head]
-        return Prompt(original=head, text_tokens=(len(head) + 3) // 4, run=run.length, run_start=run.first)
+        return Prompt(
+            original=head,
+            table_key=head,
+            text_tokens=(len(head) + 3) // 4,
+            run=run.length,
+            run_start=run.first,
+        )
     if (
         isinstance(prompt, list)
         and prompt
         and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
     ):
         # Token ids: the count is exact; the ids themselves key the output length.
-        return Prompt(original=",".join(map(str, prompt)), text_tokens=len(prompt), run=0, run_start=0)
+        return Prompt(
+            original=",".join(map(str, prompt)), table_key=None, text_tokens=len(prompt), run=0, run_start=0
+        )
     raise ApiError(
         400, "Missing or unsupported 'prompt': send a string or a list of token ids.", param="prompt"
     )

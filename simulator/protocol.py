@@ -34,6 +34,7 @@ class Prompt:
     """
 
     original: str  # the original prompt, roles included: keys the natural length and first word
+    table_key: str | None  # matched against the length table; None for token-id prompts
     text_tokens: int  # tokens of the original prompt's counted characters; may be 0
     run: int  # the model's words after the original prompt; 0 for a fresh request
     run_start: int  # vocabulary index of the run's first word (0 when run == 0)

@@ -28,6 +28,7 @@ class SimSettings:
     mode: BatchingMode | None = None
     median_output_tokens: int | None = None
     seed: int | None = None
+    length_table: str | None = None  # JSONL of known output lengths (simulator/length_table.py)
     time_scale: float = 1.0  # multiplies every step duration: 0.1 runs the profile ten times faster
     faults: FaultSettings = field(default_factory=FaultSettings)
 

@@ -42,6 +42,10 @@ def test_overrides_reach_the_profile() -> None:
     assert s.faults == FaultSettings(fail_rate=0.25)
 
 
+def test_length_table_flag() -> None:
+    assert parse("--length-table", "lengths.jsonl").length_table == "lengths.jsonl"
+
+
 def test_time_scale_scales_step_durations() -> None:
     base = SimSettings(profile="llama-8b-h100").resolve_profile()
     fast = SimSettings(profile="llama-8b-h100", time_scale=0.1).resolve_profile()

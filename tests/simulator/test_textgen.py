@@ -49,17 +49,22 @@ def test_a_completions_prompt_is_its_head_plus_the_run() -> None:
     fresh = completion_prompt("Tell me a story.", VOCAB)
     assert (fresh.original, fresh.run, fresh.tokens) == ("Tell me a story.", 0, 4)
     cont = completion_prompt(["Tell me a story." + VOCAB.text(3, 5)], VOCAB)
-    assert (cont.original, cont.run, cont.run_start) == ("Tell me a story.", 5, 3)
+    assert (cont.original, cont.table_key, cont.run, cont.run_start) == (
+        "Tell me a story.",
+        "Tell me a story.",
+        5,
+        3,
+    )
     assert cont.tokens == fresh.tokens + 5  # one token per word, not a quarter of its characters
     ids = completion_prompt([1, 2, 3], VOCAB)
-    assert (ids.tokens, ids.run) == (3, 0)
+    assert (ids.tokens, ids.run, ids.table_key) == (3, 0, None)
 
 
 def test_a_chat_continuation_is_the_messages_before_the_assistant_text() -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
     fresh = chat_prompt(messages, False, VOCAB)
     assert fresh.original == "system\nBe brief.\nuser\nHi there"  # the key the natural length is drawn from
-    assert fresh.tokens == 5
+    assert (fresh.table_key, fresh.tokens) == ("Hi there", 5)
 
     cont = chat_prompt([*messages, {"role": "assistant", "content": VOCAB.text(9, 4)}], True, VOCAB)
     assert (cont.original, cont.text_tokens, cont.run, cont.run_start) == (

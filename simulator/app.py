@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from simulator.blocks import BlockHashes
 from simulator.encoding import FrameWriter, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
@@ -155,6 +156,7 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         streamed=req.stream,
         arrival=engine.now(),
         drop_after=state.faults.faults.drop_after_tokens,
+        blocks=_blocks(state, req, start),
     )
     engine.submit(seq)
 
@@ -201,6 +203,18 @@ def _reply(state: SimState, req: GenerationRequest) -> tuple[int, OutputPlan]:
     if prompt.run:
         return (prompt.run_start + prompt.run) % len(state.vocab), plan
     return state.vocab.start_for(key), plan
+
+
+def _blocks(state: SimState, req: GenerationRequest, start: int) -> BlockHashes | None:
+    """The block hashes of the request's tokens, for the prefix cache (None when it is off)."""
+    if not state.profile.prefix_caching:
+        return None
+    prompt = req.prompt
+    # After the original prompt come the model's words: the run the prompt carries, then this reply.
+    words_from = prompt.run_start if prompt.run else start
+    return BlockHashes(
+        prompt.text, req.prompt_tokens - prompt.run, state.vocab.words, words_from, state.profile.block_size
+    )
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:

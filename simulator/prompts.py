@@ -13,15 +13,18 @@ has the rule) and the output length stays keyed on the original prompt:
 
 Prompt tokens are the original prompt's estimate (``ceil(characters / 4)`` over the
 message contents, or the prompt) plus one per word of the run, so a continuation counts
-the original prompt plus the tokens already produced, as a real tokenizer would.
+the original prompt plus the tokens already produced, as a real tokenizer would. The
+original prompt is also kept cut into those tokens (``PromptText``), for the prefix cache.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.protocol import ApiError, Prompt
+from simulator.protocol import ApiError, Prompt, PromptText
 from simulator.textgen import Vocabulary
+
+ID_CHARS = 8  # characters of one rendered token id (32 bits in hex)
 
 
 def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Prompt:
@@ -55,7 +58,7 @@ def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Promp
     return Prompt(
         original="\n".join(part for turn in turns for part in turn),
         table_key=users[-1] if users else None,
-        text_tokens=(sum(len(content) for _, content in turns) + 3) // 4,
+        text=_rendered(turns),
         run=run_length,
         run_start=run_start,
     )
@@ -68,22 +71,17 @@ def completion_prompt(prompt: Any, vocab: Vocabulary) -> Prompt:
     if isinstance(prompt, str):
         run = vocab.trailing_run(prompt)
         head = prompt[: run.head]
-        return Prompt(
-            original=head,
-            table_key=head,
-            text_tokens=(len(head) + 3) // 4,
-            run=run.length,
-            run_start=run.first,
-        )
+        text = PromptText(head, (len(head) + 3) // 4, 4, ((len(head), len(head)),))
+        return Prompt(original=head, table_key=head, text=text, run=run.length, run_start=run.first)
     if (
         isinstance(prompt, list)
         and prompt
         and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
     ):
         # Token ids: the count is exact; the ids themselves key the output length.
-        return Prompt(
-            original=",".join(map(str, prompt)), table_key=None, text_tokens=len(prompt), run=0, run_start=0
-        )
+        rendered = "".join(f"{t & 0xFFFFFFFF:08x}" for t in prompt)
+        text = PromptText(rendered, len(prompt), ID_CHARS, ((len(rendered), len(rendered)),))
+        return Prompt(original=",".join(map(str, prompt)), table_key=None, text=text, run=0, run_start=0)
     raise ApiError(
         400, "Missing or unsupported 'prompt': send a string or a list of token ids.", param="prompt"
     )
@@ -97,3 +95,17 @@ def content_text(content: Any) -> str:
         texts = [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "".join(texts)
     raise ApiError(400, "Message content must be a string or a list of parts.", param="messages")
+
+
+def _rendered(turns: list[tuple[str, str]]) -> PromptText:
+    """Chat turns as the prefix cache sees them: each content after a mark holding its role."""
+    parts: list[str] = []
+    ends: list[tuple[int, int]] = []
+    counted = rendered = 0
+    for role, content in turns:
+        mark = f"\x1e{role}\x1f"
+        parts += (mark, content)
+        counted += len(content)
+        rendered += len(mark) + len(content)
+        ends.append((counted, rendered))
+    return PromptText("".join(parts), (counted + 3) // 4, 4, tuple(ends))

@@ -25,6 +25,22 @@ class FinishReason(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class PromptText:
+    """An original prompt as the prefix cache cuts it into tokens (``simulator/blocks.py``).
+
+    Token ``t`` stands for the counted characters ``[t * chars_per_token, (t + 1) *
+    chars_per_token)``. Chat role marks are not counted (the estimate counts contents
+    only) but are part of ``rendered``, so the same words under another role are another
+    prompt; ``ends`` maps counted offsets to ``rendered`` offsets, one pair per message.
+    """
+
+    rendered: str  # role marks and contents (chat), the prompt (completions), or hex token ids
+    tokens: int  # tokens the counted characters make; may be 0
+    chars_per_token: int  # 4 for text (the estimate), 8 for rendered token ids
+    ends: tuple[tuple[int, int], ...]  # per message: (end in counted characters, end in rendered)
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """A request's prompt, read as an original prompt plus output already generated.
 
@@ -35,19 +51,19 @@ class Prompt:
 
     original: str  # the original prompt, roles included: keys the natural length and first word
     table_key: str | None  # matched against the length table; None for token-id prompts
-    text_tokens: int  # tokens of the original prompt's counted characters; may be 0
+    text: PromptText  # the original prompt's tokens
     run: int  # the model's words after the original prompt; 0 for a fresh request
     run_start: int  # vocabulary index of the run's first word (0 when run == 0)
 
     @property
     def tokens(self) -> int:
         """All prompt tokens, the run included (one per word): at least 1."""
-        return max(1, self.text_tokens + self.run)
+        return max(1, self.text.tokens + self.run)
 
     @property
     def original_tokens(self) -> int:
         """Tokens of the original prompt, as a fresh request with it would count them."""
-        return max(1, self.text_tokens)
+        return max(1, self.text.tokens)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--median-output-tokens", type=int, help="median natural output length")
     parser.add_argument("--seed", type=int, help="seed of output lengths and injected failures")
     parser.add_argument(
+        "--prefix-caching",
+        "--enable-prefix-caching",
+        dest="prefix_caching",
+        action=argparse.BooleanOptionalAction,
+        help="model vLLM's automatic prefix caching (profile default: on, off for instant)",
+    )
+    parser.add_argument("--block-size", type=int, help="tokens per KV block (profile default 16)")
+    parser.add_argument(
         "--length-table",
         metavar="PATH",
         help='JSONL of {"prompt": ..., "output_tokens": N}: natural output lengths of known prompts',
@@ -65,6 +73,8 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         mode=BatchingMode(ns.mode) if ns.mode else None,
         median_output_tokens=ns.median_output_tokens,
         seed=ns.seed,
+        prefix_caching=ns.prefix_caching,
+        block_size=ns.block_size,
         length_table=ns.length_table,
         time_scale=ns.time_scale,
         faults=FaultSettings(

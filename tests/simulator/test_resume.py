@@ -15,7 +15,9 @@ import pytest
 
 from simulator.lengths import natural_length, prompt_hash
 from simulator.profiles import FAST
-from tests.simulator.conftest import MODEL
+from simulator.settings import SimSettings
+from simulator.testing import running_simulator
+from tests.simulator.conftest import MODEL, parse_metrics, wait_for_stats
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -161,3 +163,25 @@ async def test_vllm_accepts_these_combinations_and_so_does_the_simulator(
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " the model"}]
     r = await http.post(CHAT, json={"model": MODEL, "messages": messages, "max_tokens": 2, **fields})
     assert r.status_code == 200
+
+
+async def test_a_continuation_after_an_abort_reads_the_prompt_and_text_from_the_prefix_cache() -> None:
+    messages = [{"role": "user", "content": "Summarise the history of queueing theory. " * 12}]
+    long = {"messages": messages, "max_tokens": 3000, "ignore_eos": True}
+    with running_simulator(SimSettings(profile="fast")) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            so_far, _, _ = await stream(http, CHAT, long, cut=20)
+            before = await wait_for_stats(http, lambda s: s["aborts"] == 1 and s["running"] == 0)
+            r = await http.post(CHAT, json={"model": MODEL, **chat_continuation(messages, so_far, 2)})
+            prompt_tokens = r.json()["usage"]["prompt_tokens"]
+            after = (await http.get("/sim/stats")).json()
+            metrics = parse_metrics((await http.get("/metrics")).text)
+    original = prompt_tokens - 20
+    assert before["prefill_tokens_computed"] == original and before["prefill_tokens_cached"] == 0
+    # The aborted request's prompt and its first 20 tokens were cached in whole blocks of 16;
+    # the continuation computes only the rest (at least its last token).
+    cached = (prompt_tokens - 1) // 16 * 16
+    assert after["prefill_tokens_cached"] == cached > original
+    assert after["prefill_tokens_computed"] - before["prefill_tokens_computed"] == prompt_tokens - cached
+    assert metrics[f'vllm:prefix_cache_hits_total{{model_name="{MODEL}"}}'] == cached
+    assert metrics[f'vllm:prefix_cache_queries_total{{model_name="{MODEL}"}}'] == original + prompt_tokens

@@ -67,12 +67,7 @@ def test_a_chat_continuation_is_the_messages_before_the_assistant_text() -> None
     assert (fresh.table_key, fresh.tokens) == ("Hi there", 5)
 
     cont = chat_prompt([*messages, {"role": "assistant", "content": VOCAB.text(9, 4)}], True, VOCAB)
-    assert (cont.original, cont.text_tokens, cont.run, cont.run_start) == (
-        fresh.original,
-        fresh.text_tokens,
-        4,
-        9,
-    )
+    assert (cont.original, cont.text, cont.run, cont.run_start) == (fresh.original, fresh.text, 4, 9)
     assert cont.tokens == fresh.tokens + 4
 
     # Leading text that is not the model's own stays part of the original prompt.
@@ -89,3 +84,10 @@ def test_a_chat_continuation_is_the_messages_before_the_assistant_text() -> None
 def test_continuing_a_message_that_is_not_the_assistants_is_refused() -> None:
     with pytest.raises(ApiError, match="last message is not from the assistant"):
         chat_prompt([{"role": "user", "content": "Hi"}], True, VOCAB)
+
+
+def test_role_marks_key_the_chat_text_but_are_not_counted() -> None:
+    a = chat_prompt([{"role": "system", "content": "abcdefgh"}], False, VOCAB)
+    b = chat_prompt([{"role": "user", "content": "abcdefgh"}], False, VOCAB)
+    assert a.text.tokens == b.text.tokens == 2
+    assert a.text.rendered != b.text.rendered

@@ -22,14 +22,16 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from simulator.blocks import BlockHashes
 from simulator.encoding import FrameWriter, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
-from simulator.lengths import natural_length, plan_output, prompt_hash
+from simulator.length_table import LengthTable, load_length_table
+from simulator.lengths import OutputPlan, natural_length, plan_output, prompt_hash
 from simulator.metrics import Metrics
 from simulator.parsing import parse_request
 from simulator.profiles import Profile
-from simulator.protocol import ApiError, Endpoint, FinishReason
+from simulator.protocol import ApiError, Endpoint, FinishReason, GenerationRequest
 from simulator.responses import DroppedResponse, TokenStream, wait_finished
 from simulator.sequence import Sequence
 from simulator.settings import SimSettings
@@ -47,11 +49,14 @@ class SimState:
     metrics: Metrics
     faults: FaultInjector
     vocab: Vocabulary
+    lengths: LengthTable | None  # known natural lengths, from settings.length_table
 
 
 def create_app(settings: SimSettings) -> FastAPI:
+    """The simulator app. Raises ``LengthTableError`` for a bad ``settings.length_table``."""
     profile = settings.resolve_profile()
     metrics = Metrics(settings.model)
+    vocab = Vocabulary()
     state = SimState(
         model=settings.model,
         profile=profile,
@@ -60,7 +65,8 @@ def create_app(settings: SimSettings) -> FastAPI:
         engine=Engine(profile, metrics),
         metrics=metrics,
         faults=FaultInjector(settings.faults, seed=profile.seed),
-        vocab=Vocabulary(),
+        vocab=vocab,
+        lengths=load_length_table(settings.length_table, vocab) if settings.length_table else None,
     )
 
     @asynccontextmanager
@@ -139,13 +145,10 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
             code=refusal.status_code,
             retry_after=refusal.retry_after,
         )
-    req = parse_request(endpoint, await request.body(), state.model, state.max_model_len)
+    req = parse_request(endpoint, await request.body(), state.model, state.max_model_len, state.vocab)
 
-    profile, engine = state.profile, state.engine
-    key = prompt_hash(req.prompt_text, profile.seed)
-    room = state.max_model_len - req.prompt_tokens
-    natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, room)
-    plan = plan_output(natural, req.max_tokens, req.min_tokens, req.ignore_eos, room)
+    engine = state.engine
+    start, plan = _reply(state, req)
     seq = Sequence(
         req.prompt_tokens,
         plan.tokens,
@@ -153,12 +156,12 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         streamed=req.stream,
         arrival=engine.now(),
         drop_after=state.faults.faults.drop_after_tokens,
+        blocks=_blocks(state, req, start),
     )
     engine.submit(seq)
 
     request_id = new_request_id(endpoint)
     created = int(time.time())
-    start = state.vocab.start_for(key)
     if req.stream:
         writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start)
         return TokenStream(engine, seq, writer, req.include_usage)
@@ -180,6 +183,38 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         seq.generated,
     )
     return Response(body, media_type="application/json")
+
+
+def _reply(state: SimState, req: GenerationRequest) -> tuple[int, OutputPlan]:
+    """Where this reply starts in the vocabulary cycle, and how long it is.
+
+    Both are keyed on the original prompt: a continuation goes on from the words it
+    carries, and gets what is left of the original reply's natural length, so a reply
+    cut and continued ends where the uncut one would.
+    """
+    profile, prompt = state.profile, req.prompt
+    key = prompt_hash(prompt.original, profile.seed)
+    natural = state.lengths.natural(req.endpoint, prompt) if state.lengths else None
+    if natural is None:
+        limit = state.max_model_len - prompt.original_tokens
+        natural = natural_length(key, profile.median_output_tokens, profile.output_sigma, limit)
+    room = state.max_model_len - req.prompt_tokens
+    plan = plan_output(max(0, natural - prompt.run), req.max_tokens, req.min_tokens, req.ignore_eos, room)
+    if prompt.run:
+        return (prompt.run_start + prompt.run) % len(state.vocab), plan
+    return state.vocab.start_for(key), plan
+
+
+def _blocks(state: SimState, req: GenerationRequest, start: int) -> BlockHashes | None:
+    """The block hashes of the request's tokens, for the prefix cache (None when it is off)."""
+    if not state.profile.prefix_caching:
+        return None
+    prompt = req.prompt
+    # After the original prompt come the model's words: the run the prompt carries, then this reply.
+    words_from = prompt.run_start if prompt.run else start
+    return BlockHashes(
+        prompt.text, req.prompt_tokens - prompt.run, state.vocab.words, words_from, state.profile.block_size
+    )
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:

@@ -67,7 +67,12 @@ class Engine:
 
     def gauges(self) -> Gauges:
         s = self._scheduler
-        return Gauges(running=len(s.running), waiting=len(s.waiting), kv_usage=s.kv_usage)
+        return Gauges(
+            running=len(s.running),
+            waiting=len(s.waiting),
+            kv_usage=s.kv_usage,
+            cached_tokens=s.kv.cached_tokens,
+        )
 
     def reset_metrics(self) -> None:
         self.metrics.reset(running=len(self._scheduler.running))
@@ -91,6 +96,9 @@ class Engine:
                 deadline = loop.time()
                 continue
             metrics.preemptions += plan.preempted
+            metrics.prefill_computed += plan.prefill_tokens
+            metrics.prefix_queries += plan.queried_tokens
+            metrics.prefix_hits += plan.cached_tokens
             running = len(scheduler.running)
             if running > metrics.peak_running:
                 metrics.peak_running = running
@@ -112,6 +120,8 @@ class Engine:
                 if seq.streamed:
                     seq.notify()
             for seq in result.finished:
+                if seq.generated == 0 and seq.finish_reason is not FinishReason.ABORT:
+                    metrics.prompt_tokens += seq.prompt_tokens  # ended at EOS without a token
                 self._record_finish(seq, now)
 
     def _record_finish(self, seq: Sequence, now: float) -> None:

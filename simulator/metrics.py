@@ -59,7 +59,8 @@ class Gauges:
 
     running: int
     waiting: int
-    kv_usage: float  # 0..1
+    kv_usage: float  # 0..1, slots held by running sequences (cached blocks nobody holds are free)
+    cached_tokens: int = 0  # slots of prefix-cache blocks no sequence holds (evictable)
 
 
 class Metrics:
@@ -74,6 +75,9 @@ class Metrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.preemptions = 0
+        self.prefill_computed = 0  # prompt tokens run through the model, recomputation included
+        self.prefix_queries = 0  # tokens looked up in the prefix cache at admission
+        self.prefix_hits = 0  # of those, tokens found cached (prefill skipped)
         self.finished = {reason: 0 for reason in FinishReason}
         self.peak_running = running  # highest number of sequences running at once
         self.ttft = Histogram(TTFT_BUCKETS)
@@ -92,6 +96,10 @@ class Metrics:
             "prompt_tokens": self.prompt_tokens,
             "tokens_generated": self.generation_tokens,
             "preemptions": self.preemptions,
+            "prefill_tokens_computed": self.prefill_computed,
+            "prefill_tokens_cached": self.prefix_hits,
+            "prefix_cache_queries": self.prefix_queries,
+            "prefix_cache_tokens": gauges.cached_tokens,
         }
 
     def render(self, gauges: Gauges) -> str:
@@ -111,6 +119,18 @@ class Metrics:
         out.append(f"vllm:kv_cache_usage_perc{{{lb}}} {gauges.kv_usage}")
         metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.")
         out.append(f"vllm:num_preemptions_total{{{lb}}} {self.preemptions}")
+        metric(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        )
+        out.append(f"vllm:prefix_cache_queries_total{{{lb}}} {self.prefix_queries}")
+        metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+        )
+        out.append(f"vllm:prefix_cache_hits_total{{{lb}}} {self.prefix_hits}")
         metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.")
         out.append(f"vllm:prompt_tokens_total{{{lb}}} {self.prompt_tokens}")
         metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.")

@@ -11,11 +11,14 @@ from typing import Any
 
 import orjson
 
-from simulator.lengths import estimate_prompt_tokens
+from simulator.prompts import chat_prompt, completion_prompt
 from simulator.protocol import ApiError, Endpoint, GenerationRequest
+from simulator.textgen import Vocabulary
 
 
-def parse_request(endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int) -> GenerationRequest:
+def parse_request(
+    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, vocab: Vocabulary
+) -> GenerationRequest:
     """Validate one request body. Raises ``ApiError`` (400, or 404 for an unknown model)."""
     try:
         body = orjson.loads(raw)
@@ -37,9 +40,10 @@ def parse_request(endpoint: Endpoint, raw: bytes, served_model: str, max_model_l
         )
 
     if endpoint is Endpoint.CHAT:
-        prompt_text, prompt_tokens = _chat_prompt(body.get("messages"))
+        prompt = chat_prompt(body.get("messages"), _continue_final_message(body), vocab)
     else:
-        prompt_text, prompt_tokens = _completion_prompt(body.get("prompt"))
+        prompt = completion_prompt(body.get("prompt"), vocab)
+    prompt_tokens = prompt.tokens
 
     n = body.get("n", 1)
     if n not in (1, None):
@@ -76,50 +80,27 @@ def parse_request(endpoint: Endpoint, raw: bytes, served_model: str, max_model_l
         model=model,
         stream=stream,
         include_usage=include_usage and stream,
-        prompt_text=prompt_text,
-        prompt_tokens=prompt_tokens,
+        prompt=prompt,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=_optional_bool(body, "ignore_eos"),
     )
 
 
-def _chat_prompt(messages: Any) -> tuple[str, int]:
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "Missing required parameter: 'messages'.", param="messages")
-    parts: list[str] = []
-    for message in messages:
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ApiError(400, "Each message must be an object with a 'role'.", param="messages")
-        parts.append(message["role"])
-        parts.append(_content_text(message.get("content")))
-    text = "\n".join(parts)
-    # Only the content counts toward the estimate; roles are part of the hash key so that
-    # the same words as system prompt and as user turn are different prompts.
-    chars = sum(len(p) for p in parts[1::2])
-    return text, estimate_prompt_tokens(chars)
+def _continue_final_message(body: dict[str, Any]) -> bool:
+    """vLLM's chat-template switches: continue the last (assistant) message instead of a new turn.
 
-
-def _content_text(content: Any) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        texts = [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        return "".join(texts)
-    raise ApiError(400, "Message content must be a string or a list of parts.", param="messages")
-
-
-def _completion_prompt(prompt: Any) -> tuple[str, int]:
-    if isinstance(prompt, str):
-        return prompt, estimate_prompt_tokens(len(prompt))
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        return prompt[0], estimate_prompt_tokens(len(prompt[0]))
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        # Token ids: the count is exact; the ids themselves key the output length.
-        return ",".join(map(str, prompt)), len(prompt)
-    raise ApiError(
-        400, "Missing or unsupported 'prompt': send a string or a list of token ids.", param="prompt"
-    )
+    vLLM defaults ``add_generation_prompt`` to true but refuses only an explicit true next
+    to ``continue_final_message``; the simulator does the same.
+    """
+    cont = _optional_bool(body, "continue_final_message")
+    if _optional_bool(body, "add_generation_prompt") and cont:
+        raise ApiError(
+            400,
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+            param="continue_final_message",
+        )
+    return cont
 
 
 def _optional_int(body: dict[str, Any], name: str, *, minimum: int) -> int | None:

@@ -1,4 +1,4 @@
-"""The simulator's shared vocabulary: what a parsed request is, how it can end, and its errors.
+"""The simulator's shared vocabulary: what a parsed request and its prompt are, how it can end, and its errors.
 
 Nothing here does I/O.
 """
@@ -25,6 +25,48 @@ class FinishReason(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class PromptText:
+    """An original prompt as the prefix cache cuts it into tokens (``simulator/blocks.py``).
+
+    Token ``t`` stands for the counted characters ``[t * chars_per_token, (t + 1) *
+    chars_per_token)``. Chat role marks are not counted (the estimate counts contents
+    only) but are part of ``rendered``, so the same words under another role are another
+    prompt; ``ends`` maps counted offsets to ``rendered`` offsets, one pair per message.
+    """
+
+    rendered: str  # role marks and contents (chat), the prompt (completions), or hex token ids
+    tokens: int  # tokens the counted characters make; may be 0
+    chars_per_token: int  # 4 for text (the estimate), 8 for rendered token ids
+    ends: tuple[tuple[int, int], ...]  # per message: (end in counted characters, end in rendered)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A request's prompt, read as an original prompt plus output already generated.
+
+    A fresh request has ``run == 0``. A continuation (chat with ``continue_final_message``,
+    or a completions prompt that ends in the model's own words) has ``run`` words of the
+    model's output after the original prompt; see ``simulator/textgen.py``.
+    """
+
+    original: str  # the original prompt, roles included: keys the natural length and first word
+    table_key: str | None  # matched against the length table; None for token-id prompts
+    text: PromptText  # the original prompt's tokens
+    run: int  # the model's words after the original prompt; 0 for a fresh request
+    run_start: int  # vocabulary index of the run's first word (0 when run == 0)
+
+    @property
+    def tokens(self) -> int:
+        """All prompt tokens, the run included (one per word): at least 1."""
+        return max(1, self.text.tokens + self.run)
+
+    @property
+    def original_tokens(self) -> int:
+        """Tokens of the original prompt, as a fresh request with it would count them."""
+        return max(1, self.text.tokens)
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """The parts of an OpenAI request the simulator uses, validated."""
 
@@ -32,11 +74,14 @@ class GenerationRequest:
     model: str
     stream: bool
     include_usage: bool  # stream_options.include_usage
-    prompt_text: str  # what the output length is keyed on
-    prompt_tokens: int
+    prompt: Prompt
     max_tokens: int | None  # max_tokens / max_completion_tokens, if given
     min_tokens: int  # vLLM extension; 0 when absent
     ignore_eos: bool  # vLLM extension: generate exactly up to the cap
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.prompt.tokens
 
 
 class ApiError(Exception):

@@ -11,6 +11,10 @@ queue and later recomputes prompt plus generated tokens (recompute preemption).
 
 Prefill is chunked: a step computes at most ``max_num_batched_tokens`` tokens, decodes
 first (one token per running sequence), then prefill chunks in admission order.
+
+With prefix caching (``simulator/kvcache.py``) an admitted sequence whose leading blocks
+are cached starts with them computed, so only the rest of its prompt is prefilled and
+charged; blocks are registered as the step that completes them is applied.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from simulator.kvcache import KvCache
 from simulator.profiles import BatchingMode, Profile
 from simulator.protocol import FinishReason
 from simulator.sequence import Sequence
@@ -30,6 +35,9 @@ class StepPlan:
     scheduled: tuple[tuple[Sequence, int], ...]  # each sequence in the step, with tokens it computes
     preempted: int  # sequences sent back to the queue to free KV this step
     duration_s: float  # how long the step takes under the profile's timing model
+    prefill_tokens: int = 0  # prompt (or recomputed) tokens computed in the step
+    queried_tokens: int = 0  # tokens of the sequences admitted, looked up in the prefix cache
+    cached_tokens: int = 0  # of those, tokens found cached (not computed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +55,7 @@ class Scheduler:
         self.profile = profile
         self.waiting: deque[Sequence] = deque()  # FCFS; preempted sequences re-enter at the head
         self.running: list[Sequence] = []  # admission order; the tail is preempted first
-        self.kv_used = 0
+        self.kv = KvCache(profile.kv_capacity_tokens, profile.block_size, profile.prefix_caching)
         # Static batching pads: finished rows keep costing compute until the batch drains.
         self._static_batch = 0
 
@@ -63,24 +71,29 @@ class Scheduler:
                 self.waiting.remove(seq)
             except ValueError:
                 pass
-        self._free(seq)
+        self.kv.release(seq)
         if not self.running:
             self._static_batch = 0
 
     @property
+    def kv_used(self) -> int:
+        return self.kv.used
+
+    @property
     def kv_usage(self) -> float:
-        return self.kv_used / self.profile.kv_capacity_tokens
+        return self.kv.used / self.profile.kv_capacity_tokens
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
     def schedule(self) -> StepPlan:
-        p = self.profile
+        p, kv = self.profile, self.kv
         budget = p.max_num_batched_tokens
         scheduled: list[tuple[Sequence, int]] = []
         ctx_tokens = 0
         prefill_tokens = 0
         preempted = 0
+        queried = cached = 0
         static = p.mode is BatchingMode.STATIC
         may_admit = not static or not self.running
 
@@ -89,9 +102,9 @@ class Scheduler:
             seq = self.running[i]
             n = min(seq.to_compute, budget)
             victim = None
-            while self.kv_used + n > p.kv_capacity_tokens:
+            while kv.room < n:
                 victim = self.running.pop()
-                self._free(victim)
+                kv.release(victim)
                 victim.computed = 0
                 self.waiting.appendleft(victim)
                 preempted += 1
@@ -102,7 +115,7 @@ class Scheduler:
             ctx_tokens += seq.computed
             if seq.to_compute > 1:
                 prefill_tokens += n
-            self._allocate(seq, n)
+            kv.allocate(seq, n)
             scheduled.append((seq, n))
             budget -= n
             i += 1
@@ -110,16 +123,21 @@ class Scheduler:
         if may_admit and not preempted:
             while self.waiting and len(self.running) < p.max_num_seqs and (budget > 0 or static):
                 seq = self.waiting[0]
-                n = min(seq.to_compute, budget)
-                need = seq.to_compute if static else n
-                if self.kv_used + need > p.kv_capacity_tokens:
+                hit = kv.lookup(seq)
+                todo = seq.to_compute - hit.tokens
+                n = min(todo, budget)
+                if kv.room < (todo if static else n) + hit.reclaimed:
                     break
                 self.waiting.popleft()
                 self.running.append(seq)
+                if kv.caching:
+                    queried += seq.prompt_tokens + seq.generated
+                    cached += hit.tokens
+                kv.take(seq, hit)
                 if n:
                     ctx_tokens += seq.computed
                     prefill_tokens += n
-                    self._allocate(seq, n)
+                    kv.allocate(seq, n)
                     scheduled.append((seq, n))
                     budget -= n
             if static:
@@ -127,7 +145,14 @@ class Scheduler:
 
         n_seqs = max(len(scheduled), self._static_batch) if static else len(scheduled)
         duration = p.step_seconds(n_seqs, ctx_tokens, prefill_tokens) if scheduled else 0.0
-        return StepPlan(scheduled=tuple(scheduled), preempted=preempted, duration_s=duration)
+        return StepPlan(
+            scheduled=tuple(scheduled),
+            preempted=preempted,
+            duration_s=duration,
+            prefill_tokens=prefill_tokens,
+            queried_tokens=queried,
+            cached_tokens=cached,
+        )
 
     def update(self, plan: StepPlan, now: float) -> StepResult:
         produced: list[Sequence] = []
@@ -136,8 +161,13 @@ class Scheduler:
             if seq.finished:  # aborted while the step ran
                 continue
             seq.computed += n
+            self.kv.register(seq)
             if seq.computed < seq.prompt_tokens + seq.generated:
                 continue  # a prefill chunk that did not reach the end of the prompt
+            if seq.target_tokens == 0:  # EOS is the first thing sampled: nothing to deliver
+                seq.finish(seq.planned_reason, now)
+                finished.append(seq)
+                continue
             seq.generated += 1
             if seq.first_token_at is None:
                 seq.first_token_at = now
@@ -152,15 +182,7 @@ class Scheduler:
         if finished:
             self.running = [s for s in self.running if not s.finished]
             for seq in finished:
-                self._free(seq)
+                self.kv.release(seq)
             if not self.running:
                 self._static_batch = 0
         return StepResult(produced=tuple(produced), finished=tuple(finished))
-
-    def _allocate(self, seq: Sequence, n: int) -> None:
-        seq.kv_held += n
-        self.kv_used += n
-
-    def _free(self, seq: Sequence) -> None:
-        self.kv_used -= seq.kv_held
-        seq.kv_held = 0

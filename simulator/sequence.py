@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from simulator.blocks import BlockHashes
 from simulator.protocol import FinishReason
 
 
@@ -24,6 +25,9 @@ class Sequence:
         "arrival",
         "computed",
         "kv_held",
+        "blocks",
+        "block_refs",
+        "blocks_seen",
         "generated",
         "first_token_at",
         "finished_at",
@@ -41,15 +45,19 @@ class Sequence:
         streamed: bool,
         arrival: float,
         drop_after: int | None = None,
+        blocks: BlockHashes | None = None,
     ) -> None:
         self.prompt_tokens = prompt_tokens
-        self.target_tokens = target_tokens  # output length decided at admission
+        self.target_tokens = target_tokens  # output length decided at admission; 0: EOS right away
         self.planned_reason = planned_reason  # finish reason once target_tokens are out
         self.drop_after = drop_after  # injected fault: end as aborted after this many tokens
         self.streamed = streamed
         self.arrival = arrival
         self.computed = 0  # tokens whose KV has been computed (prompt, then fed-back outputs)
-        self.kv_held = 0  # KV-cache slots allocated to this sequence
+        self.kv_held = 0  # KV-cache slots this sequence holds alone (not in a shared block)
+        self.blocks = blocks  # its tokens' block hashes, for the prefix cache; None: never cached
+        self.block_refs: list[int] = []  # shared (cached) blocks it holds, in token order
+        self.blocks_seen = 0  # leading full blocks already looked up or registered
         self.generated = 0  # output tokens produced so far
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
@@ -61,8 +69,9 @@ class Sequence:
     def to_compute(self) -> int:
         """Tokens to run through the model before the next output token can be sampled.
 
-        The whole prompt at first; 1 while decoding (the last output fed back); after a
-        preemption, prompt plus everything generated, as vLLM recomputes them.
+        The whole prompt at first (less a prefix found in the prefix cache); 1 while decoding
+        (the last output fed back); after a preemption, prompt plus everything generated,
+        as vLLM recomputes them (again less what is still cached).
         """
         return self.prompt_tokens + self.generated - self.computed
 

@@ -13,6 +13,7 @@ import uvicorn
 
 from simulator.app import create_app
 from simulator.faults import FaultSettings, InjectedDrop
+from simulator.length_table import LengthTableError
 from simulator.profiles import BUILTIN_PROFILES, BatchingMode
 from simulator.settings import SimSettings
 
@@ -36,6 +37,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=[m.value for m in BatchingMode], help="batching mode")
     parser.add_argument("--median-output-tokens", type=int, help="median natural output length")
     parser.add_argument("--seed", type=int, help="seed of output lengths and injected failures")
+    parser.add_argument(
+        "--prefix-caching",
+        "--enable-prefix-caching",
+        dest="prefix_caching",
+        action=argparse.BooleanOptionalAction,
+        help="model vLLM's automatic prefix caching (profile default: on, off for instant)",
+    )
+    parser.add_argument("--block-size", type=int, help="tokens per KV block (profile default 16)")
+    parser.add_argument(
+        "--length-table",
+        metavar="PATH",
+        help='JSONL of {"prompt": ..., "output_tokens": N}: natural output lengths of known prompts',
+    )
     parser.add_argument("--time-scale", type=float, default=d.time_scale, help="multiply every step duration")
     faults = parser.add_argument_group("fault injection (all off by default)")
     faults.add_argument("--fail-rate", type=float, default=0.0, help="fraction of requests refused")
@@ -59,6 +73,9 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         mode=BatchingMode(ns.mode) if ns.mode else None,
         median_output_tokens=ns.median_output_tokens,
         seed=ns.seed,
+        prefix_caching=ns.prefix_caching,
+        block_size=ns.block_size,
+        length_table=ns.length_table,
         time_scale=ns.time_scale,
         faults=FaultSettings(
             fail_rate=ns.fail_rate,
@@ -97,9 +114,13 @@ def uvicorn_config(settings: SimSettings) -> uvicorn.Config:
 
 
 def run(settings: SimSettings) -> None:
-    """Serve until interrupted (blocking)."""
+    """Serve until interrupted (blocking). A bad length table exits with its message."""
     quiet_injected_drops()
     try:
-        uvicorn.Server(uvicorn_config(settings)).run()
+        config = uvicorn_config(settings)
+    except LengthTableError as exc:
+        raise SystemExit(f"simulator: {exc}") from None
+    try:
+        uvicorn.Server(config).run()
     except KeyboardInterrupt:
         pass  # SIGINT is how it is asked to stop (Ctrl-C, or a parent stopping its child)

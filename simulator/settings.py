@@ -28,13 +28,22 @@ class SimSettings:
     mode: BatchingMode | None = None
     median_output_tokens: int | None = None
     seed: int | None = None
+    prefix_caching: bool | None = None
+    block_size: int | None = None
+    length_table: str | None = None  # JSONL of known output lengths (simulator/length_table.py)
     time_scale: float = 1.0  # multiplies every step duration: 0.1 runs the profile ten times faster
     faults: FaultSettings = field(default_factory=FaultSettings)
 
     def __post_init__(self) -> None:
         if self.time_scale < 0:
             raise ValueError("time_scale must be >= 0")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "max_model_len"):
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "kv_capacity_tokens",
+            "max_model_len",
+            "block_size",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -55,6 +64,8 @@ class SimSettings:
                 ("mode", self.mode),
                 ("median_output_tokens", self.median_output_tokens),
                 ("seed", self.seed),
+                ("prefix_caching", self.prefix_caching),
+                ("block_size", self.block_size),
             )
             if value is not None
         }

@@ -42,6 +42,20 @@ def test_overrides_reach_the_profile() -> None:
     assert s.faults == FaultSettings(fail_rate=0.25)
 
 
+def test_length_table_flag() -> None:
+    assert parse("--length-table", "lengths.jsonl").length_table == "lengths.jsonl"
+
+
+def test_prefix_caching_flags() -> None:
+    assert parse().resolve_profile().prefix_caching is True
+    assert SimSettings(profile="instant").resolve_profile().prefix_caching is False
+    s = parse("--no-prefix-caching", "--block-size", "32")
+    assert (s.prefix_caching, s.block_size) == (False, 32)
+    assert (s.resolve_profile().prefix_caching, s.resolve_profile().block_size) == (False, 32)
+    assert parse("--enable-prefix-caching", "--profile", "instant").resolve_profile().prefix_caching is True
+    assert parse("--no-enable-prefix-caching").prefix_caching is False  # vLLM's spelling
+
+
 def test_time_scale_scales_step_durations() -> None:
     base = SimSettings(profile="llama-8b-h100").resolve_profile()
     fast = SimSettings(profile="llama-8b-h100", time_scale=0.1).resolve_profile()

@@ -5,7 +5,7 @@ hashes its attribute dict, about 30 µs in CPython; a request records nine, whic
 alone would be a third of a millisecond of gateway overhead. These take label
 *values* as a tuple in the order declared once per instrument (a dict lookup and an
 add, about 1 µs) and keep cumulative state. Both exports read that state when
-they collect: ``prometheus.py`` renders text, ``otlp_metrics.py`` builds OTLP data
+they collect: ``prometheus.py`` renders text, ``otlp.py`` builds OTLP data
 for the standard exporter. Everything runs on the event loop's thread: recording,
 scrapes, and the OTLP snapshot alike, so no lock is needed.
 

@@ -2,7 +2,7 @@
 
 The same instruments feed both exports: Prometheus text at ``/metrics``
 (``prometheus.py``; names there become ``gen_ai_server_time_to_first_token_seconds``,
-``triage_requests_total``, ...) and OTLP when configured (``otlp_metrics.py``).
+``triage_requests_total``, ...) and OTLP when configured (``otlp.py``).
 Labels are kept low-cardinality: model, class, tier, pool, backend and an
 ``outcome`` from a fixed set — never a tenant or a request id. Label values are
 passed as tuples in the order of the ``*_LABELS`` constants below.

@@ -65,7 +65,7 @@ class PredictorConfig:
     cap_hit_ratio: float = 0.95  # a reply this close to its max_tokens ran to the cap
     cap_shrink: float = 10.0  # share of capped replies that hit the cap = hits / (count + shrink)
     features: FeatureSpec = field(default_factory=FeatureSpec)
-    warm_start: Path | None = None  # JSON of fields -> values (see predictor_eval --save-warm-start)
+    warm_start: Path | None = None  # JSON of fields -> values (see tools/evaluate.py --save-warm-start)
 
 
 class LengthPredictor:

@@ -2,7 +2,7 @@
 
 All keys of one pool share the hash tag ``{pool}``, so every script touches a single
 Redis Cluster slot. A *pool* is a set of models whose backends overlap: backends
-are shared inside a pool and never across pools (see ``backends.pools_of``).
+are shared inside a pool and never across pools (pools are named in config: ``backends[].pool``).
 
 =====================================  ======  ================================================  =========
 key                                    type    meaning                                           owner

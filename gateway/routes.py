@@ -19,6 +19,7 @@ from gateway.proxy import ClientGone, RequestContext, new_request_id
 from gateway.relay import RelayResponse
 from gateway.schemas import Endpoint, parse, parse_int_header
 from gateway.state import Gateway
+from scheduler.types import Outcome
 
 router = APIRouter()
 
@@ -64,10 +65,10 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         trace.end(exc.status, exc.code or exc.type)
         return exc.response(request_id)
     except ClientGone:
-        trace.end(499, "client_gone")
+        trace.end(499, Outcome.CLIENT_GONE)
         return Response(status_code=499, headers={"x-request-id": request_id})
     except BaseException:
-        trace.end(500, "internal")
+        trace.end(500, Outcome.INTERNAL)
         raise
     if not isinstance(response, RelayResponse):  # a stream's trace ends with its last byte
         trace.end(response.status_code)

@@ -38,7 +38,7 @@ from gateway.telemetry.accuracy import RankAccuracy, ratio
 from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.stats import WindowStats
 from scheduler.backends.registry import BackendConfig
-from scheduler.types import Grant, Placement, PredictionSource, Ticket
+from scheduler.types import Grant, Outcome, Placement, PredictionSource, Ticket
 
 if TYPE_CHECKING:
     from gateway.relay import StreamStats
@@ -117,7 +117,7 @@ class RequestTrace:
         self.model = self.backend = ""  # metric labels, known as the request goes
         self.cls: str | None = None
         self.queue_s: float | None = None
-        self._outcome: str | None = None
+        self._outcome: Outcome | None = None
         self._req: InferenceRequest | None = None
         self._predicted: tuple[float, PredictionSource] | None = None
         self._tier = ""
@@ -149,12 +149,12 @@ class RequestTrace:
         """Label values of the GenAI metrics (``metrics.GENAI_LABELS``)."""
         return (self.operation, sc.PROVIDER, self.model, self.cls or "", self.backend)
 
-    def _decide(self, outcome: str) -> None:
+    def _decide(self, outcome: Outcome) -> None:
         if self._outcome is None:
             self._outcome = outcome
             self._t.instruments.admission.add(1, (outcome, self.cls or ""))
 
-    def refused(self, outcome: str) -> None:
+    def refused(self, outcome: Outcome) -> None:
         """The scheduler refused or evicted the request (``SchedulerError.outcome``)."""
         self._decide(outcome)
         self._t.stats.rejected(self.cls or "none")
@@ -167,7 +167,7 @@ class RequestTrace:
     def dispatched(self, grant: Grant) -> None:
         self.backend = grant.backend
         if self._outcome is None:
-            self._decide("admitted")
+            self._decide(Outcome.ADMITTED)
             self.queue_s = grant.queued_s
             self._t.instruments.queue_wait.record(grant.queued_s, (grant.pool, self.cls or "", self._tier))
         if self._queue is not None:
@@ -254,28 +254,28 @@ class RequestTrace:
             return
         self._ended = True
         if self._queue is not None:  # still queued: the client left
-            self._decide("cancelled")
-            self._queue.set_attribute(sc.OUTCOME, "cancelled")
+            self._decide(Outcome.CANCELLED)
+            self._queue.set_attribute(sc.OUTCOME, Outcome.CANCELLED)
             self._queue.end()
-        if self._outcome not in (None, "admitted", "cancelled"):
-            result = "rejected"
-        elif status == 499 or error == "client_gone":
-            result = "client_gone"
+        if self._outcome not in (None, Outcome.ADMITTED, Outcome.CANCELLED):
+            result = Outcome.REJECTED
+        elif status == 499 or error == Outcome.CLIENT_GONE:
+            result = Outcome.CLIENT_GONE
         elif error is not None or status >= 400:
-            result = "error"
+            result = Outcome.ERROR
         else:
-            result = "ok"
+            result = Outcome.OK
         duration = time.monotonic() - self.started
-        error_type = "" if result == "ok" else (error or str(status))
+        error_type = "" if result is Outcome.OK else (error or str(status))
         ins, key = self._t.instruments, self.key
         ins.duration.record(duration, (*key, error_type))
         ins.requests.add(1, (*key, result))
-        if self.cls is not None and result in ("ok", "error"):
-            self._t.stats.completed(self.cls, result == "ok", self._tokens, self._ttft_s, self._tpot_s, self.queue_s)
+        if self.cls is not None and result in (Outcome.OK, Outcome.ERROR):
+            self._t.stats.completed(self.cls, result is Outcome.OK, self._tokens, self._ttft_s, self._tpot_s, self.queue_s)
         if self.span.is_recording():
             self.span.set_attribute(sc.HTTP_STATUS, status)
-            if result != "ok":
+            if result is not Outcome.OK:
                 self.span.set_attribute(sc.ERROR_TYPE, error_type)
-            if result in ("error", "rejected") or status >= 500:
+            if result in (Outcome.ERROR, Outcome.REJECTED) or status >= 500:
                 self.span.set_status(Status(StatusCode.ERROR, error_type))
         self.span.end()

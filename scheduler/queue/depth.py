@@ -21,11 +21,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import parse_ticket
 
 log = logging.getLogger("triage.telemetry")
-
-# fields of a packed ticket: owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted
-_CLASS, _TIER = 3, 7
 
 Depth = dict[tuple[str, str, str], int]  # (pool, class, tier) -> queued tickets
 
@@ -50,9 +48,8 @@ class QueueDepth:
                     continue
                 counts: Counter[tuple[str, str]] = Counter()
                 async for _, packed in self._redis.hscan_iter(keys.tickets, count=1000):
-                    fields = packed.decode().split("|")
-                    if len(fields) > _TIER:
-                        counts[(fields[_CLASS], fields[_TIER])] += 1
+                    ticket = parse_ticket(packed)
+                    counts[(ticket.cls, ticket.tier)] += 1
                     if counts.total() >= self._max_scan:
                         break
                 read = counts.total()

@@ -124,6 +124,8 @@ class Ticket:
     cost_s: float = 0.0
     avoid: str = ""  # a backend not to use: it just failed this request
     restricted: bool = False  # long or batch work: may hold only its share of a backend
+    arrival_s: float = 0.0  # on Redis's clock; 0: now (a paused request's continuation keeps its own)
+    pauses: int = 0  # how often this request was paused before
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +147,17 @@ class Lease:
     predicted: int  # the outstanding work it added to its backend
     restricted: bool  # it counts against the backend's long cap
     borrowed: bool  # it holds a slot borrowed from the short-work reserve
+    cls: str = ""  # its ticket's class
+    score: float = 0.0  # its ticket's queue score: only a more urgent ticket may pause it
+    pauses: int = 0  # how often its request was paused before
+    tier: str = ""
 
 
 class MessageKind(enum.StrEnum):
     GRANT = "G"  # a backend slot for the ticket
     EVICT = "E"  # taken out of the queue: its deadline passed, or it was shed
     LOST = "L"  # waited for, but the queue no longer has it: queue it again
+    PAUSE = "P"  # a running lease's slot went to a more urgent ticket: pause its request
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +166,7 @@ class Message:
 
     kind: MessageKind
     ticket: str
-    detail: str  # the backend for a grant, the reason for an eviction ("deadline", "shed") or a loss
+    detail: str  # the backend for a grant or a pause; the reason for an eviction ("deadline", "shed") or a loss
     borrowed: bool = False  # a grant of a slot reserved for open (short) work
 
 
@@ -175,6 +182,7 @@ class BackendRecord:
     speed: float = 0.0  # measured decode tokens/s; 0: unknown
     long_cap: int | None = None  # slots restricted (long/batch) work may hold; None: all
     borrow: int = 0  # extra slots restricted work may borrow while open work is quiet
+    resume: bool = False  # it can resume a paused generation (continue_final_message)
 
     def __post_init__(self) -> None:
         if self.long_cap is None:

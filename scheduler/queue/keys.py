@@ -24,6 +24,8 @@ key                                    type    meaning                          
 ``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
 ``P:lease``                            hash    lease id -> packed lease (see records.py)         scripts
 ``P:owners``                           zset    replica id -> heartbeat expiry                    scripts
+``P:progress``                         hash    lease id -> output tokens so far (may be paused)  replicas
+``P:resume``                           set     backends that can resume a paused generation      replicas
 ``P:owned:<owner>``                    set     lease ids granted to one replica                  scripts
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
 ``P:tenant:vfinish``                   hash    tenant -> virtual finish time (fair queuing)      scripts
@@ -83,6 +85,8 @@ class PoolKeys:
     leases = _Key("leases")
     lease = _Key("lease")
     owners = _Key("owners")
+    progress = _Key("progress")
+    resume = _Key("resume")
     tenant_vfinish = _Key("tenant:vfinish")
     tenant_queued = _Key("tenant:queued")
     stats = _Key("stats")

@@ -10,12 +10,14 @@ model, tenant and tier names must not contain one.
 format                  fields, in order
 ======================  ==================================================================
 queued ticket           owner | model | tenant | class | predicted | deadline | arrival |
-(``P:tickets``)         tier | avoid | restricted         (deadline 0: none; times: Redis's
-                        clock, seconds; restricted 0/1)
-lease (``P:lease``)     backend | owner | predicted | restricted | borrowed   (0/1 flags)
+(``P:tickets``)         tier | avoid | restricted | pauses   (deadline 0: none; times:
+                        Redis's clock, seconds; restricted 0/1)
+lease (``P:lease``)     backend | owner | predicted | restricted | borrowed | class | score |
+                        pauses | tier                     (0/1 flags; score: the ticket's)
 grant message           G | ticket | backend | borrowed
 eviction message        E | ticket | reason               (reason: deadline, shed)
 lost message            L | ticket | lost                 (waited for, but no longer queued)
+pause message           P | lease | backend               (its slot went to a more urgent ticket)
 ======================  ==================================================================
 """
 
@@ -46,6 +48,7 @@ class QueuedTicket:
     tier: str
     avoid: str
     restricted: bool
+    pauses: int = 0
 
 
 def parse_ticket(raw: bytes | str) -> QueuedTicket:
@@ -54,6 +57,7 @@ def parse_ticket(raw: bytes | str) -> QueuedTicket:
         owner=f[0], model=f[1], tenant=f[2], cls=f[3], predicted=int(float(f[4] or 0)),
         deadline=float(f[5] or 0), arrival=float(f[6] or 0), tier=f[7],
         avoid=f[8] if len(f) > 8 else "", restricted=len(f) > 9 and f[9] == "1",
+        pauses=int(f[10] or 0) if len(f) > 10 else 0,
     )
 
 
@@ -61,13 +65,23 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def _num(value: float) -> str:
+    """A number as Lua writes it (``%.14g``), so a record round-trips byte for byte."""
+    return "%.14g" % value
+
+
 def pack_lease(lease: Lease) -> str:
-    return SEP.join((lease.backend, lease.owner, str(lease.predicted), _flag(lease.restricted), _flag(lease.borrowed)))
+    return SEP.join((
+        lease.backend, lease.owner, str(lease.predicted), _flag(lease.restricted), _flag(lease.borrowed),
+        lease.cls, _num(lease.score), str(lease.pauses), lease.tier,
+    ))
 
 
 def parse_lease(raw: bytes | str) -> Lease:
-    f = _text(raw).split(SEP)
-    return Lease(f[0], f[1], int(float(f[2] or 0)), f[3] == "1", f[4] == "1")
+    f = _text(raw).split(SEP) + [""] * 4
+    return Lease(
+        f[0], f[1], int(float(f[2] or 0)), f[3] == "1", f[4] == "1", f[5], float(f[6] or 0), int(f[7] or 0), f[8]
+    )
 
 
 def pack_message(msg: Message) -> str:

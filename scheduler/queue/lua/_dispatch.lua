@@ -1,16 +1,18 @@
 -- Shared by every script (enqueue, release, cancel, heartbeat, backend). scripts.py
 -- prepends it to each, so each script stays one atomic unit: sweep, then grant as
--- much as capacity allows.
+-- much as capacity allows (and, with preemption on, pause a long-running lease for
+-- an urgent ticket that found no free slot).
 --
 -- Keys: pool_keys(KEYS[1]) names every key of a pool, once (keys.py builds the same
 -- names; a test holds the two equal). Formats (records.py has the table; a test holds
 -- the two equal):
---   ticket in K.tickets: owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted
---   lease in K.lease:    backend|owner|predicted|restricted|borrowed; its id is also in
---                        K.owned(owner), so a replica can find grants it was never told of
+--   ticket in K.tickets: owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted|pauses
+--   lease in K.lease:    backend|owner|predicted|restricted|borrowed|class|score|pauses|tier; its id
+--                        is also in K.owned(owner), so a replica can find grants it was never told of
 --   grant message:       G|<ticket>|<backend>|<borrowed 0/1>
 --   eviction message:    E|<ticket>|<reason>
 --   lost message:        L|<ticket>|lost   (a waited-for ticket the queue no longer has)
+--   pause message:       P|<lease>|<backend>  (its slot went to a more urgent ticket)
 
 local function pool_keys(base)
   return {
@@ -19,6 +21,7 @@ local function pool_keys(base)
     speed = base .. ':speed', lcap = base .. ':lcap', lbusy = base .. ':lbusy', borrow = base .. ':borrow',
     borrowed = base .. ':borrowed', quiet = base .. ':quiet', down = base .. ':down',
     leases = base .. ':leases', lease = base .. ':lease', owners = base .. ':owners',
+    progress = base .. ':progress', resume = base .. ':resume',
     tenant_vfinish = base .. ':tenant:vfinish', tenant_queued = base .. ':tenant:queued',
     stats = base .. ':stats', epoch = base .. ':epoch',
     serves = function(model) return base .. ':serves:' .. model end,
@@ -26,6 +29,14 @@ local function pool_keys(base)
     inbox = function(owner) return base .. ':inbox:' .. owner end,
   }
 end
+
+-- The arguments every dispatching script opens with (scripts.py: Scripts._common).
+local function dispatch_args()
+  return {me = ARGV[1], lease_ttl = tonumber(ARGV[2]), owner_ttl = tonumber(ARGV[3]),
+          max_scan = tonumber(ARGV[4]), preempt = ARGV[5] == '1', quantum = tonumber(ARGV[6]),
+          max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8])}
+end
+local FIRST_ARG = 9  -- where each script's own arguments begin
 
 local function now_s()
   local t = redis.call('TIME')
@@ -50,7 +61,7 @@ end
 
 local function pack_ticket(t)
   return table.concat({t.owner, t.model, t.tenant, t.class, t.predicted, t.deadline, t.arrival,
-                       t.tier, t.avoid, flag(t.restricted)}, '|')
+                       t.tier, t.avoid, flag(t.restricted), t.pauses}, '|')
 end
 
 local function parse_ticket(packed)
@@ -58,17 +69,19 @@ local function parse_ticket(packed)
   return {owner = f[1], model = f[2], tenant = f[3], class = f[4],
           predicted = tonumber(f[5]) or 0, deadline = tonumber(f[6]) or 0,
           arrival = tonumber(f[7]) or 0, tier = f[8], avoid = f[9] or '',
-          restricted = f[10] == '1'}
+          restricted = f[10] == '1', pauses = tonumber(f[11]) or 0}
 end
 
 local function pack_lease(l)
-  return table.concat({l.backend, l.owner, l.predicted, flag(l.restricted), flag(l.borrowed)}, '|')
+  return table.concat({l.backend, l.owner, l.predicted, flag(l.restricted), flag(l.borrowed),
+                       l.class, l.score, l.pauses, l.tier}, '|')
 end
 
 local function parse_lease(record)
   local f = fields(record)
   return {backend = f[1], owner = f[2], predicted = tonumber(f[3]) or 0,
-          restricted = f[4] == '1', borrowed = f[5] == '1'}
+          restricted = f[4] == '1', borrowed = f[5] == '1', class = f[6] or '',
+          score = tonumber(f[7]) or 0, pauses = tonumber(f[8]) or 0, tier = f[9] or ''}
 end
 
 local function grant_message(lid, l)
@@ -81,6 +94,10 @@ end
 
 local function lost_message(tid)
   return 'L|' .. tid .. '|lost'
+end
+
+local function pause_message(lid, backend)
+  return 'P|' .. lid .. '|' .. backend
 end
 
 -- -- leases: the one place a slot is taken or given back -------------------------------
@@ -111,6 +128,7 @@ local function drop_lease(K, lid)
   end
   local l = parse_lease(record)
   redis.call('HDEL', K.lease, lid)
+  redis.call('HDEL', K.progress, lid)
   redis.call('SREM', K.owned(l.owner), lid)
   redis.call('HINCRBY', K.busy, l.backend, -1)
   redis.call('HINCRBYFLOAT', K.work, l.backend, -l.predicted)
@@ -236,23 +254,68 @@ local function notify(K, me, mine, owner, msg)
   end
 end
 
+-- Which running lease should give its slot to ticket `t` (queue score `tscore`), which
+-- found none free? Among the leases on backends that serve its model and can resume,
+-- whose owner reported them preemptible (K.progress: attained output tokens), the one
+-- that has run longest past the quantum, paused fewer than max_pauses times, and that
+-- `t` may overtake: `t` is more urgent in queue order (so the starvation bound holds:
+-- no lease is paused for a ticket that arrived more than max_slack after it), and `t`
+-- is short or of another (thus more urgent) tier. policy/preemption.py is its twin.
+local function pick_victim(K, t, tscore, D)
+  local eligible = {}
+  for _, name in ipairs(redis.call('SMEMBERS', K.serves(t.model))) do
+    if name ~= t.avoid and redis.call('SISMEMBER', K.resume, name) == 1
+        and redis.call('SISMEMBER', K.down, name) == 0 then
+      eligible[name] = true
+    end
+  end
+  local best, best_attained, best_lease = nil, nil, nil
+  local progress = redis.call('HGETALL', K.progress)
+  for i = 1, #progress, 2 do
+    local lid, attained = progress[i], tonumber(progress[i + 1]) or 0
+    if attained > D.quantum and (best == nil or attained > best_attained) then
+      local record = redis.call('HGET', K.lease, lid)
+      if record then
+        local l = parse_lease(record)
+        if eligible[l.backend] and l.pauses < D.max_pauses and l.score > tscore
+            and (t.class == 'short' or l.tier ~= t.tier) then
+          best, best_attained, best_lease = lid, attained, l
+        end
+      end
+    end
+  end
+  return best, best_lease
+end
+
+local function grant(K, D, mine, tid, t, score, backend, borrowed, now)
+  local lease = {backend = backend, owner = t.owner, predicted = t.predicted, restricted = t.restricted,
+                 borrowed = borrowed, class = t.class, score = score, pauses = t.pauses, tier = t.tier}
+  add_lease(K, tid, lease, now + D.lease_ttl)
+  redis.call('HINCRBY', K.stats, 'granted', 1)
+  notify(K, D.me, mine, t.owner, grant_message(tid, lease))
+end
+
 -- Grant queued tickets in score order while capacity lasts. Grants for `me` are
--- returned (the caller delivers them without a round trip); others are pushed.
-local function dispatch(K, me, lease_ttl, max_scan, now)
+-- returned (the caller delivers them without a round trip); others are pushed. With
+-- preemption on, the first urgent ticket that finds no free slot (after waiting
+-- preempt_after seconds) may take a running lease's slot, once per call.
+local function dispatch(K, D, now)
   sweep_leases(K, now)
   local mine = {}
   local states, total = backend_states(K)
-  if total <= 0 then
+  local may_preempt = D.preempt
+  if total <= 0 and not may_preempt then
     return mine
   end
   local open_waiting = tonumber(redis.call('HGET', K.stats, 'queued_open') or '0')
   local quiet = redis.call('GET', K.quiet) == '1'
   local owner_alive = {}
-  local tids = redis.call('ZRANGE', K.queue, 0, max_scan - 1)
-  for _, tid in ipairs(tids) do
-    if total <= 0 then
+  local queued = redis.call('ZRANGE', K.queue, 0, D.max_scan - 1, 'WITHSCORES')
+  for i = 1, #queued, 2 do
+    if total <= 0 and not may_preempt then
       break
     end
+    local tid, score = queued[i], tonumber(queued[i + 1])
     local packed = redis.call('HGET', K.tickets, tid)
     if not packed then
       redis.call('ZREM', K.queue, tid)
@@ -274,21 +337,31 @@ local function dispatch(K, me, lease_ttl, max_scan, now)
         if not t.restricted then
           open_waiting = open_waiting - 1
         end
-        notify(K, me, mine, t.owner, evict_message(tid, 'deadline'))
+        notify(K, D.me, mine, t.owner, evict_message(tid, 'deadline'))
       else
-        local backend, borrowed = pick_backend(K, t, states, open_waiting, quiet)
+        local backend, borrowed = nil, false
+        if total > 0 then
+          backend, borrowed = pick_backend(K, t, states, open_waiting, quiet)
+        end
+        if backend then
+          took_slot(states, backend, t)
+          total = total - 1
+        elseif may_preempt and now - t.arrival >= D.preempt_after then
+          may_preempt = false  -- one try per call bounds the script's work
+          local victim, vl = pick_victim(K, t, score, D)
+          if victim then
+            drop_lease(K, victim)
+            redis.call('HINCRBY', K.stats, 'paused', 1)
+            notify(K, D.me, mine, vl.owner, pause_message(victim, vl.backend))
+            backend = vl.backend
+          end
+        end
         if backend then
           drop_ticket(K, tid, t)
           if not t.restricted then
             open_waiting = open_waiting - 1
           end
-          took_slot(states, backend, t)
-          total = total - 1
-          local lease = {backend = backend, owner = t.owner, predicted = t.predicted,
-                         restricted = t.restricted, borrowed = borrowed}
-          add_lease(K, tid, lease, now + lease_ttl)
-          redis.call('HINCRBY', K.stats, 'granted', 1)
-          notify(K, me, mine, t.owner, grant_message(tid, lease))
+          grant(K, D, mine, tid, t, score, backend, borrowed, now)
         end
       end
     end

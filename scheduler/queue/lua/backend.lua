@@ -1,29 +1,35 @@
 -- Register or update one backend of the pool: its limit, health, routing weight,
--- measured decode speed, the share long work may hold, and its models; then
--- dispatch (new or restored capacity goes to queued work at once).
--- KEYS[1]: pool base. ARGV: me, lease_ttl, owner_ttl, max_scan, backend, limit,
+-- measured decode speed, the share long work may hold, whether it can resume a paused
+-- generation, and its models; then dispatch (new or restored capacity goes to queued
+-- work at once).
+-- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then backend, limit,
 --   down (0/1), weight, speed (tokens/s, 0: unknown), long_cap (slots restricted work
---   may hold), borrow (extra slots it may borrow while open work is quiet), then the
---   models it serves.
+--   may hold), borrow (extra slots it may borrow while open work is quiet), resume (0/1),
+--   then the models it serves.
 local K = pool_keys(KEYS[1])
-local me = ARGV[1]
-local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local name, limit, down = ARGV[5], ARGV[6], ARGV[7]
+local D = dispatch_args()
+local a = FIRST_ARG
+local name, limit, down = ARGV[a], ARGV[a + 1], ARGV[a + 2]
 local now = now_s()
-heartbeat(K, me, owner_ttl, now)
+heartbeat(K, D.me, D.owner_ttl, now)
 redis.call('HSET', K.cap, name, limit)
-redis.call('HSET', K.weight, name, ARGV[8])
-if tonumber(ARGV[9]) > 0 then
-  redis.call('HSET', K.speed, name, ARGV[9])
+redis.call('HSET', K.weight, name, ARGV[a + 3])
+if tonumber(ARGV[a + 4]) > 0 then
+  redis.call('HSET', K.speed, name, ARGV[a + 4])
 end
-redis.call('HSET', K.lcap, name, ARGV[10])
-redis.call('HSET', K.borrow, name, ARGV[11])
+redis.call('HSET', K.lcap, name, ARGV[a + 5])
+redis.call('HSET', K.borrow, name, ARGV[a + 6])
 if down == '1' then
   redis.call('SADD', K.down, name)
 else
   redis.call('SREM', K.down, name)
 end
-for i = 12, #ARGV do
+if ARGV[a + 7] == '1' then
+  redis.call('SADD', K.resume, name)
+else
+  redis.call('SREM', K.resume, name)
+end
+for i = a + 8, #ARGV do
   redis.call('SADD', K.serves(ARGV[i]), name)
 end
-return dispatch(K, me, lease_ttl, max_scan, now)
+return dispatch(K, D, now)

@@ -1,8 +1,9 @@
 -- Enqueue one ticket and dispatch at once (one round trip on the request path).
 -- KEYS[1]: pool base "<prefix>:{<pool>}" (routes the call to the pool's slot)
--- ARGV: me, ticket, model, tenant, class, predicted, timeout_s, tier, slack_s,
---       tier_offset_s, cost_s, max_slack_s, max_queue, max_tenant_queue,
---       lease_ttl, owner_ttl, max_scan, avoid, restricted
+-- ARGV: the dispatch arguments (dispatch_args), then ticket, model, tenant, class,
+--       predicted, timeout_s, tier, slack_s, tier_offset_s, cost_s, max_slack_s,
+--       max_queue, max_tenant_queue, avoid, restricted, arrival (0: now; a paused
+--       request's continuation keeps the arrival of the original), pauses
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
 --
@@ -16,22 +17,29 @@
 -- ahead of the slowest other tenant with queued work: a tenant that floods the pool
 -- queues behind tenants that don't, and a tenant alone keeps plain short-first order.
 local K = pool_keys(KEYS[1])
-local me, tid, model, tenant, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local predicted, timeout, tier = ARGV[6], tonumber(ARGV[7]), ARGV[8]
-local slack, tier_offset, cost = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local max_slack, max_queue, max_tenant = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
-local avoid, restricted = ARGV[18], ARGV[19]
+local D = dispatch_args()
+local a = FIRST_ARG
+local me = D.me
+local tid, model, tenant, class = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+local predicted, timeout, tier = ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
+local slack, tier_offset, cost = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
+local max_slack, max_queue, max_tenant = tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12])
+local avoid, restricted = ARGV[a + 13], ARGV[a + 14]
+local pauses = tonumber(ARGV[a + 16]) or 0
 
 local now = now_s()
-heartbeat(K, me, owner_ttl, now)
+local arrival = tonumber(ARGV[a + 15]) or 0
+if arrival <= 0 then
+  arrival = now
+end
+heartbeat(K, me, D.owner_ttl, now)
 local lease = redis.call('HGET', K.lease, tid)
 if lease then
   return {1, redis.call('ZCARD', K.queue), grant_message(tid, parse_lease(lease))}
 end
 if redis.call('HEXISTS', K.tickets, tid) == 1 then
   local out = {1, redis.call('ZCARD', K.queue)}
-  for _, msg in ipairs(dispatch(K, me, lease_ttl, max_scan, now)) do
+  for _, msg in ipairs(dispatch(K, D, now)) do
     out[#out + 1] = msg
   end
   return out
@@ -66,7 +74,7 @@ if floor ~= nil then
 else
   mine = 0 -- alone: nothing to be fair to
 end
-local score = now + math.min(max_slack, slack + lead) + tier_offset
+local score = arrival + math.min(max_slack, slack + lead) + tier_offset
 
 local qlen = redis.call('ZCARD', K.queue)
 if max_queue > 0 and qlen >= max_queue then
@@ -93,8 +101,8 @@ if timeout > 0 then
   deadline = now + timeout
 end
 local packed = pack_ticket({owner = me, model = model, tenant = tenant, class = class, predicted = predicted,
-                            deadline = deadline, arrival = now, tier = tier, avoid = avoid,
-                            restricted = restricted == '1'})
+                            deadline = deadline, arrival = arrival, tier = tier, avoid = avoid,
+                            restricted = restricted == '1', pauses = pauses})
 if redis.call('HSET', K.tickets, tid, packed) == 1 then
   redis.call('HINCRBY', queued_key, tenant, 1)
   if restricted ~= '1' then
@@ -103,7 +111,7 @@ if redis.call('HSET', K.tickets, tid, packed) == 1 then
 end
 redis.call('ZADD', K.queue, score, tid)
 local out = {1, qlen + 1}
-for _, msg in ipairs(dispatch(K, me, lease_ttl, max_scan, now)) do
+for _, msg in ipairs(dispatch(K, D, now)) do
   out[#out + 1] = msg
 end
 return out

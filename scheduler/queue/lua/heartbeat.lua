@@ -1,9 +1,9 @@
 -- A replica's periodic tick: prove it is alive, renew its leases, and dispatch
 -- (so slots of a dead replica's expired leases go to queued work without traffic).
--- KEYS[1]: pool base. ARGV: me, lease_ttl, owner_ttl, max_scan, quiet (0/1: the open
---   class has had no recent arrivals), n (leases that follow), then for each of the n
---   leases this replica holds: lease id, its lease record; then the ids of the tickets
---   this replica is waiting for.
+-- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then quiet (0/1: the
+--   open class has had no recent arrivals), n (leases that follow), then for each of the
+--   n leases this replica holds: lease id, its lease record, its attained output tokens
+--   (-1: not preemptible now); then the ids of the tickets this replica is waiting for.
 -- A lease missing here (Redis restarted and lost it) is recreated with its slot,
 -- so the busy count again matches the requests really running. A lease of this
 -- replica missing from its list is a grant it was never told of (the reply that
@@ -13,24 +13,29 @@
 -- another replica's dispatch met the ticket): it is reported lost, to be queued again.
 -- Returns {epoch, tickets granted so far in the pool, messages for me...}.
 local K = pool_keys(KEYS[1])
-local me = ARGV[1]
-local lease_ttl, owner_ttl, max_scan = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local D = dispatch_args()
+local me, lease_ttl, a = D.me, D.lease_ttl, FIRST_ARG
 local now = now_s()
-heartbeat(K, me, owner_ttl, now)
-if ARGV[5] == '1' then
-  redis.call('SET', K.quiet, '1', 'PX', math.floor(owner_ttl * 1000))
+heartbeat(K, me, D.owner_ttl, now)
+if ARGV[a] == '1' then
+  redis.call('SET', K.quiet, '1', 'PX', math.floor(D.owner_ttl * 1000))
 else
   redis.call('DEL', K.quiet)
 end
 local held = {}
-local waiting_from = 7 + 2 * tonumber(ARGV[6])
-for i = 7, waiting_from - 1, 2 do
-  local lid = ARGV[i]
+local waiting_from = a + 2 + 3 * tonumber(ARGV[a + 1])
+for i = a + 2, waiting_from - 1, 3 do
+  local lid, attained = ARGV[i], tonumber(ARGV[i + 2])
   held[lid] = true
   if not redis.call('ZSCORE', K.leases, lid) then
     add_lease(K, lid, parse_lease(ARGV[i + 1]), now + lease_ttl)
   else
     redis.call('ZADD', K.leases, now + lease_ttl, lid)
+  end
+  if attained >= 0 then
+    redis.call('HSET', K.progress, lid, attained)
+  else
+    redis.call('HDEL', K.progress, lid)
   end
 end
 local out = {redis.call('GET', K.epoch), redis.call('HGET', K.stats, 'granted') or '0'}
@@ -51,7 +56,7 @@ for i = waiting_from, #ARGV do
     out[#out + 1] = lost_message(tid)
   end
 end
-for _, msg in ipairs(dispatch(K, me, lease_ttl, max_scan, now)) do
+for _, msg in ipairs(dispatch(K, D, now)) do
   out[#out + 1] = msg
 end
 return out

@@ -43,7 +43,8 @@ def ticket(tid: str, **kw: object) -> Ticket:
 
 @pytest.mark.parametrize(
     "lease",
-    [Lease("b1", ME, 120, False, False), Lease("gpu-a", ME, 0, True, True), Lease("x", ME, 4000, True, False)],
+    [Lease("b1", ME, 120, False, False), Lease("gpu-a", ME, 0, True, True, "short", 1764580000.125, 1, "batch"),
+     Lease("x", ME, 4000, True, False, "long", 12.0, 2, "interactive")],
 )
 def test_lease_round_trips(lease: Lease) -> None:
     assert parse_lease(pack_lease(lease)) == lease
@@ -75,8 +76,11 @@ async def test_a_grant_lua_made_parses_into_its_lease_and_message(redis: Redis, 
     result = await scripts.enqueue(keys, ME, ticket("t1", avoid="", restricted=False, predicted=77), 0, 0)
     assert result.messages == [Message(MessageKind.GRANT, "t1", "b1", False)]
     raw = await redis.hget(keys.lease, "t1")
-    assert parse_lease(raw) == Lease("b1", ME, 77, False, False)
-    assert pack_lease(parse_lease(raw)) == raw.decode()
+    lease = parse_lease(raw)
+    assert lease == Lease("b1", ME, 77, False, False, "long", lease.score, 0, "batch")
+    seconds, _ = await redis.time()
+    assert seconds - 60 < lease.score - 1.0 <= seconds + 1  # its queue score: arrival + slack
+    assert pack_lease(lease) == raw.decode()
 
 
 async def test_a_lease_python_packed_is_kept_as_it_is(redis: Redis, keys: PoolKeys) -> None:

@@ -67,7 +67,7 @@ def _flag(value: bool) -> str:
 
 def _num(value: float) -> str:
     """A number as Lua writes it (``%.14g``), so a record round-trips byte for byte."""
-    return "%.14g" % value
+    return f"{value:.14g}"
 
 
 def pack_lease(lease: Lease) -> str:

@@ -37,6 +37,9 @@ local function dispatch_args()
           max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8])}
 end
 local FIRST_ARG = 9  -- where each script's own arguments begin
+-- Times in records are written with 14 digits: 0.1 ms on Redis's clock; this much slack
+-- keeps a time read back from a record from looking later than the moment it was written.
+local CLOCK_SLACK = 0.001
 
 local function now_s()
   local t = redis.call('TIME')
@@ -346,7 +349,7 @@ local function dispatch(K, D, now)
         if backend then
           took_slot(states, backend, t)
           total = total - 1
-        elseif may_preempt and now - t.arrival >= D.preempt_after then
+        elseif may_preempt and now - t.arrival >= D.preempt_after - CLOCK_SLACK then
           may_preempt = false  -- one try per call bounds the script's work
           local victim, vl = pick_victim(K, t, score, D)
           if victim then

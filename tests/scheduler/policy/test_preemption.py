@@ -1,0 +1,112 @@
+"""Pausing for urgent work: a table of cases for the pure rule, and the rule held equal to
+the dispatch script's on random pool states (real Lua, real Redis-protocol servers),
+with the slot accounting checked after every pause."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+
+from scheduler.policy.preemption import Running, Urgent, pick_victim
+from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import pack_lease
+from scheduler.queue.scripts import Scripts, Timing
+from scheduler.types import BackendRecord, Lease, MessageKind, Ticket
+
+QUANTUM, MAX_PAUSES = 64, 2
+SHORT = Urgent("short", "interactive", 100.0)
+
+
+def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, backend: str = "a",
+      tier: str = "interactive") -> Running:
+    return Running(lease, backend, attained, pauses, score, tier)
+
+
+@pytest.mark.parametrize(
+    ("case", "urgent", "running", "expected"),
+    [
+        ("the one that ran longest", SHORT, [r("x", 300), r("y", 900), r("z", 600)], "y"),
+        ("not within its quantum", SHORT, [r("x", QUANTUM)], None),
+        ("not paused too often", SHORT, [r("x", 900, pauses=MAX_PAUSES), r("y", 100)], "y"),
+        ("not a more urgent one (the starvation bound)", SHORT, [r("x", 900, score=99.0)], None),
+        ("not an equally urgent one", SHORT, [r("x", 900, score=100.0)], None),
+        ("not on a backend that cannot take it", SHORT, [r("x", 900, backend="b")], None),
+        ("medium work may not pause its own tier", Urgent("medium", "interactive", 100.0), [r("x", 900)], None),
+        ("...but may pause a worse tier", Urgent("medium", "interactive", 100.0), [r("x", 900, tier="batch")], "x"),
+        ("nothing running", SHORT, [], None),
+    ],
+)
+def test_pick_victim(case: str, urgent: Urgent, running: list[Running], expected: str | None) -> None:
+    victim = pick_victim(urgent, running, {"a"}, QUANTUM, MAX_PAUSES)
+    assert (victim.lease if victim else None) == expected, case
+
+
+# -- the twin: the same answer as the dispatch script ----------------------------------
+
+
+@pytest.fixture
+async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(any_redis_url)
+    yield client
+    await client.aclose()
+
+
+lease_st = st.fixed_dictionaries({
+    "backend": st.sampled_from(["a", "b", "c"]), "attained": st.sampled_from([-1, 0, 64, 65, 300, 2000]),
+    "pauses": st.integers(0, 3), "score_gap": st.sampled_from([-5.0, 0.0, 0.5, 40.0]),
+    "tier": st.sampled_from(["interactive", "batch"]),
+})
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    leases=st.lists(lease_st, max_size=6), cls=st.sampled_from(["short", "medium", "long"]),
+    resume=st.sets(st.sampled_from(["a", "b", "c"])), serves=st.sets(st.sampled_from(["a", "b", "c"]), min_size=1),
+)
+async def test_the_twin_pauses_as_the_script_does(
+    redis: Redis, leases: list[dict], cls: str, resume: set[str], serves: set[str],
+) -> None:
+    keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
+    scripts = Scripts(redis, Timing(30.0, 30.0, 64, preempt=True, quantum_tokens=QUANTUM, max_pauses=MAX_PAUSES))
+    for name in ("a", "b", "c"):  # every slot of every backend held by the leases below
+        held = sum(1 for le in leases if le["backend"] == name)
+        models = ("m",) if name in serves else ("other",)
+        await scripts.set_backend(keys, "me", BackendRecord(name, held, models=models, resume=name in resume))
+    seconds, micros = await redis.time()
+    now = seconds + micros / 1e6
+    running, records, progress = [], {}, {}
+    for i, le in enumerate(leases):
+        lid = f"l{i}"
+        score = now + 1.0 + le["score_gap"]  # the urgent ticket's score is now + 1.0 (its slack)
+        records[lid] = pack_lease(Lease(le["backend"], "me", 100, False, False, "long", score, le["pauses"], le["tier"]))
+        if le["attained"] >= 0:
+            progress[lid] = le["attained"]
+            running.append(Running(lid, le["backend"], le["attained"], le["pauses"], score, le["tier"]))
+    await scripts.heartbeat(keys, "me", records, progress=progress)  # recreates every lease with its slot
+    urgent = Ticket("u", "m", "tenant", cls, 10, 0.0, "interactive", 1.0)
+    result = await scripts.enqueue(keys, "me", urgent, 0, 0)
+
+    seconds, micros = await redis.time()
+    ticket_score = float((await redis.zscore(keys.queue, "u")) or 0) or None
+    paused = [m for m in result.messages if m.kind is MessageKind.PAUSE]
+    granted = [m for m in result.messages if m.kind is MessageKind.GRANT and m.ticket == "u"]
+    # the twin, asked with the urgent ticket's real score (Redis's clock when it was queued)
+    lease_score = await redis.hget(keys.lease, "u")
+    score = float(lease_score.decode().split("|")[6]) if lease_score else ticket_score
+    twin = pick_victim(Urgent(cls, "interactive", score), running, serves & resume, QUANTUM, MAX_PAUSES)
+    if twin is None:
+        assert paused == [] and granted == []
+    else:
+        assert len(paused) == 1 and len(granted) == 1
+        lua = next(x for x in running if x.lease == paused[0].ticket)
+        assert lua.attained == twin.attained
+        assert granted[0].detail == paused[0].detail == lua.backend  # the slot changed hands
+    # a slot is never held twice: each backend's busy count is the leases it holds
+    for name in ("a", "b", "c"):
+        holders = [lid for lid, rec in (await redis.hgetall(keys.lease)).items() if rec.decode().split("|")[0] == name]
+        assert int(await redis.hget(keys.busy, name) or 0) == len(holders)

@@ -45,7 +45,7 @@ def backend_configs(settings: Settings) -> list[BackendConfig]:
         BackendConfig(
             name=b.name, url=b.url, pool=b.pool, max_concurrency=b.max_concurrency,
             models=tuple(b.models) if b.models is not None else None, api_key=b.api_key,
-            weight=b.weight, engine_priority=b.engine_priority,
+            weight=b.weight, engine_priority=b.engine_priority, resume=b.resume != "none",
             limit=LimitParams(
                 initial=b.max_concurrency, floor=b.min_concurrency, ceiling=b.max_concurrency,
                 adaptive=b.adaptive, ttft_target_s=settings.ttft_target_s, tpot_target_s=settings.tpot_target_s,
@@ -120,7 +120,8 @@ def create_app(
         client = make_client(settings.upstream_timeout_s)
         timing = Timing(
             settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
-            max_slack_s=settings.max_slack_s,
+            max_slack_s=settings.max_slack_s, preempt=settings.preempt, quantum_tokens=settings.quantum_tokens,
+            max_pauses=settings.max_pauses, preempt_after_s=settings.preempt_after_ms / 1000,
         )
         scripts = Scripts(redis, timing)
         configs = backend_configs(settings)
@@ -144,7 +145,8 @@ def create_app(
         )
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0]), Upstream(client)), telemetry,
+            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt), Upstream(client)),
+            telemetry,
         )
         app.state.gateway = gateway
         await dispatcher.start()

@@ -17,7 +17,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,8 @@ from gateway.auth import Principal
 from gateway.disconnect import ClientGone, DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
-from gateway.schemas import InferenceRequest
+from gateway.resume import PAUSED, Transcript, continuation_body, resumable
+from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.tracing import BackendCall, Reply, RequestTrace
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
 from scheduler.errors import NoBackend, SchedulerError
@@ -88,6 +89,8 @@ class Exchange:
         self.sent_at = 0.0  # when the upstream call was sent
         self.call: BackendCall | None = None  # the backend call's span
         self.reply: Reply | None = None  # usage and timing of the answer, once known
+        self.paused = False  # its slot went to more urgent work: the stream is being closed
+        self._closing: asyncio.Task[None] | None = None
         self._finished = False
 
     def again(self, adm: Admission) -> Exchange:
@@ -101,10 +104,22 @@ class Exchange:
             headers["x-triage-backend"] = self.grant.backend
         return headers
 
-    async def open(self) -> httpx.Response:
+    def restart(self, adm: Admission, grant: Grant) -> None:
+        """The next part of a paused request, on a new grant."""
+        self.adm, self.grant, self.response, self.call, self.reply = adm, grant, None, None, None
+        self.paused, self._finished = False, False
+
+    def pause(self) -> None:
+        """The dispatch script gave this request's slot away: close the upstream stream
+        (the engine aborts it); the relay notices, and the request is resumed later."""
+        self.paused = True
+        if self.response is not None:
+            self._closing = asyncio.get_running_loop().create_task(self.response.aclose())
+
+    async def open(self, body: bytes | None = None) -> httpx.Response:
         assert self.grant is not None
         route = self.proxy.scheduler.route(self.adm, self.grant)
-        body = self.req.upstream_body(route.priority)
+        body = body if body is not None else self.req.upstream_body(route.priority)
         self.ctx.trace.dispatched(self.grant)
         self.call = self.ctx.trace.call(route.backend, self.req)
         headers = headers_for(route.backend, self.ctx.request_id, self.call.headers)
@@ -152,6 +167,15 @@ class Exchange:
         ))
         gone = Outcome.CLIENT_GONE if stats.client_gone else None
         self.ctx.trace.end(200, Outcome.STREAM_BROKEN if stats.error else gone)
+
+    async def close_part(self) -> None:
+        """A paused part ends: its upstream closed, its slot already given away (nothing
+        learned, the backend not blamed)."""
+        if self._closing is not None:
+            await self._closing
+        if self.response is not None:
+            await self.response.aclose()
+        self.finish(CallResult.client_gone())
 
     def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
         assert self.response is not None
@@ -239,7 +263,7 @@ class Proxy:
         headers = exchange.headers()
         if exchange.req.stream and response.status_code == 200:
             stats = StreamStats()
-            return RelayResponse(exchange.relay(stats), stats, headers, exchange.close_stream, watch)
+            return RelayResponse(self._relay(exchange, stats), stats, headers, exchange.close_stream, watch)
         if exchange.req.stream:  # a refusal to a stream: its whole body, then pass it on
             try:
                 await exchange.read_refusal(response)
@@ -290,5 +314,75 @@ class Proxy:
             exchange.finish_response(response)
             yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
             return
-        async for block in exchange.relay(stats):
+        async for block in self._relay(exchange, stats):
             yield block
+
+    async def _relay(self, exchange: Exchange, stats: StreamStats) -> AsyncGenerator[bytes, None]:
+        """Relay the stream; one that may be paused, every part of it as one response."""
+        assert exchange.grant is not None
+        route = self.scheduler.route(exchange.adm, exchange.grant)
+        if not (resumable(exchange.req) and self.scheduler.may_pause(route)):
+            async for block in exchange.relay(stats):
+                yield block
+            return
+        transcript = Transcript(exchange.req.endpoint is Endpoint.CHAT)
+        carried: list[int] = []  # tokens each continuation carried
+        while True:
+            assert exchange.grant is not None
+            self.scheduler.watch(exchange.grant, transcript.progress, exchange.pause)
+            async with aclosing(exchange.relay(stats)) as blocks:
+                async for block in blocks:
+                    if exchange.paused:
+                        break  # what follows the pause (the close breaking the read) is not sent
+                    if block := transcript.read(block):
+                        yield block
+            if not exchange.paused or stats.completed:
+                if transcript.part and stats.usage:
+                    raw_prompt = stats.usage.get("prompt_tokens")
+                    stats.usage = transcript.summed(stats.usage)
+                    if isinstance(raw_prompt, int):
+                        prompt = raw_prompt - transcript.carried
+                        exchange.ctx.trace.resumed(route.backend.name, sum(prompt + c for c in carried))
+                return
+            exchange.ctx.trace.paused(exchange.grant.backend, transcript.tokens)
+            await exchange.close_part()
+            stats.error, stats.completed = None, False
+            transcript.next_part()
+            carried.append(transcript.carried)
+            yield PAUSED
+            adm = self.scheduler.continuation(
+                exchange.adm, exchange.ctx.request_id, time.monotonic() - exchange.ctx.trace.started
+            )
+            try:
+                future = await self.scheduler.submit(adm)
+                work = asyncio.ensure_future(self.scheduler.wait(adm, future))
+                try:
+                    while not work.done():
+                        yield PAUSED
+                        await asyncio.wait({work}, timeout=self.comment_every_s)
+                    grant = work.result()
+                finally:
+                    work.cancel()  # the client left while paused: the ticket is withdrawn
+            except SchedulerError as exc:
+                error = from_scheduler(exc)
+                yield sse_error(error.message, error.type, error.code)
+                return
+            exchange.restart(adm, grant)
+            route = self.scheduler.route(adm, grant)
+            exchange.ctx.trace.resumed(grant.backend, None)
+            try:
+                response = await exchange.open(continuation_body(exchange.req, transcript, route.priority))
+            except UpstreamError as exc:
+                exchange.finish(CallResult.failed())
+                error = upstream_failed(str(exc))
+                yield sse_error(error.message, error.type, error.code)
+                return
+            if response.status_code != 200:
+                try:
+                    await exchange.read_refusal(response)
+                except GatewayError as error:
+                    yield sse_error(error.message, error.type, error.code)
+                    return
+                exchange.finish_response(response)
+                yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
+                return

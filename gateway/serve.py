@@ -65,7 +65,9 @@ def run(settings: Settings) -> None:
             sim = EmbeddedSimulator(settings.simulator_profile, settings.simulator_model)
             stack.callback(sim.stop)
             url = sim.start()
-            backend = BackendSettings(name="sim", url=url, models=[settings.simulator_model], max_concurrency=64)
+            backend = BackendSettings(
+                name="sim", url=url, models=[settings.simulator_model], max_concurrency=64, resume="vllm"
+            )
             settings = settings.model_copy(update={"backends": [backend]})
             embedded.append(
                 f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"

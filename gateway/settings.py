@@ -38,6 +38,9 @@ class BackendSettings(BaseModel):
     pool: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     weight: float = Field(default=1.0, gt=0)  # routing weight
     engine_priority: bool = False  # the engine runs priority scheduling: send our order as `priority`
+    # how a paused generation is continued: vllm and sglang continue a partial assistant
+    # message (continue_final_message) or a completions prompt + text; none: never paused
+    resume: Literal["vllm", "sglang", "none"] = "none"
 
     @model_validator(mode="after")
     def _floor(self) -> BackendSettings:
@@ -100,6 +103,13 @@ class Settings(BaseSettings):
     reserve_headroom_slots: float = Field(default=1.0, ge=0)
     borrow_share: float = Field(default=0.5, ge=0, le=1)
     quiet_after_s: float = Field(default=10.0, ge=0)
+
+    # pause and resume: a short request that finds every slot taken pauses the running
+    # generation that has run longest past quantum_tokens (on a backend with `resume`)
+    preempt: bool = False
+    quantum_tokens: int = Field(default=64, ge=1)
+    max_pauses: int = Field(default=2, ge=1)  # per request
+    preempt_after_ms: float = Field(default=0.0, ge=0)  # how long the short request waits first
 
     # output-length prediction
     # learned: the online lexical model; prior: hints and caps only; finetuned: the learned

@@ -11,6 +11,9 @@
   queue is told.
 - ``retry``: the ticket for a second attempt, on another backend, at the front of the
   queue; ``None`` when no other healthy backend serves the model.
+- ``watch`` / ``continuation``: with preemption on, a running generation that may be
+  paused reports its progress; once paused, its continuation is queued again with the
+  request's original arrival (``policy/preemption.py`` has the rule).
 - ``complete``: the slot goes back, the backend's health and speed are reported, the
   reservation learns the service time and the predictor the length. Once per grant.
 
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.errors import NoBackend
 from scheduler.policy.classify import Classifier
 from scheduler.policy.order import engine_priority, retry_order
-from scheduler.queue.dispatcher import Dispatcher
+from scheduler.queue.dispatcher import Dispatcher, Watch
 from scheduler.types import CallResult, Grant, LengthClass, Placement, PredictInput, Ticket
 
 
@@ -49,12 +53,14 @@ class Route:
 
 class Scheduler:
     def __init__(
-        self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, open_tier: str
+        self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, open_tier: str,
+        preempt: bool = False,
     ) -> None:
         self.dispatcher = dispatcher
         self.registry = registry
         self.classifier = classifier
         self._open_tier = open_tier  # the most urgent tier: never restricted by reservation
+        self.preempt = preempt  # running generations may be paused for more urgent work
 
     async def admit(
         self, inp: PredictInput, tier: str, timeout_s: float, request_id: str, oracle_tokens: int | None = None,
@@ -113,6 +119,23 @@ class Scheduler:
         if not self.registry.alternatives(adm.inp.model, failed):
             return None
         return dataclasses.replace(adm, ticket=retry_order(adm.ticket, failed))
+
+    def may_pause(self, route: Route) -> bool:
+        """May a streamed generation on this backend be paused and resumed? (The caller
+        checks the request itself: one choice, no tool call so far.)"""
+        return self.preempt and route.backend.resume
+
+    def watch(self, grant: Grant, progress: Callable[[], int | None], on_pause: Callable[[], None]) -> None:
+        """Report a running generation's progress; ``on_pause`` runs if its slot is taken."""
+        self.dispatcher.watch(grant, Watch(progress, on_pause))
+
+    def continuation(self, adm: Admission, request_id: str, age_s: float) -> Admission:
+        """The ticket of a paused request's next part: the same place in the order, its
+        original arrival (``age_s`` ago), one more pause, no second fair-share charge."""
+        t = adm.ticket
+        pauses = t.pauses + 1
+        ticket = dataclasses.replace(t, id=f"{request_id}-p{pauses}", pauses=pauses, age_s=age_s, cost_s=0.0)
+        return dataclasses.replace(adm, ticket=ticket)
 
     def complete(self, adm: Admission, grant: Grant, result: CallResult, service_s: float) -> None:
         """Release the slot, report the backend's health and speed, learn the length."""

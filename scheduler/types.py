@@ -124,7 +124,7 @@ class Ticket:
     cost_s: float = 0.0
     avoid: str = ""  # a backend not to use: it just failed this request
     restricted: bool = False  # long or batch work: may hold only its share of a backend
-    arrival_s: float = 0.0  # on Redis's clock; 0: now (a paused request's continuation keeps its own)
+    age_s: float = 0.0  # how long ago the request arrived: a paused request's continuation keeps its arrival
     pauses: int = 0  # how often this request was paused before
 
 

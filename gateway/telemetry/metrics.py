@@ -74,6 +74,15 @@ class Instruments:
             "unavailable), evicted (deadline, shed), or cancelled by the client while queued.",
             (sc.OUTCOME, sc.CLASS),
         )
+        self.pauses = r.counter(
+            "triage.pauses", "{pause}", "Running generations paused for more urgent work (and resumed later).",
+            (sc.BACKEND, sc.CLASS),
+        )
+        self.resume_prefill = r.counter(
+            "triage.resume.prefill_tokens", "{token}",
+            "Prompt tokens the backends read again to resume paused generations (prompt plus text so far).",
+            (sc.BACKEND,),
+        )
         self.queue_wait = r.histogram(
             "triage.queue.wait", "s", "Enqueue to grant of admitted requests.", QUEUE_LABELS, QUEUE_WAIT_BUCKETS
         )

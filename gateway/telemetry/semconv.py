@@ -63,6 +63,9 @@ REQUEST_ID: Final = "triage.request_id"
 EV_ENQUEUED: Final = "enqueued"
 EV_DISPATCHED: Final = "dispatched"
 EV_FIRST_TOKEN: Final = "first_token"
+EV_PAUSED: Final = "paused"
+EV_RESUMED: Final = "resumed"
+PAUSES: Final = "triage.pauses"
 
 # -- GenAI metrics, with the conventions' bucket advice ---------------------------------
 TTFT: Final = "gen_ai.server.time_to_first_token"

@@ -124,6 +124,7 @@ class RequestTrace:
         self._ttft_s: float | None = None
         self._tpot_s: float | None = None
         self._tokens: int | None = None
+        self.pauses = 0
         self._ended = False
 
     # -- the scheduler's part ------------------------------------------------------------
@@ -177,6 +178,21 @@ class RequestTrace:
         if self.span.is_recording():
             self.span.set_attributes({sc.BACKEND: grant.backend, sc.QUEUE_MS: round(grant.queued_s * 1000, 3)})
             self.span.add_event(sc.EV_DISPATCHED, {sc.BACKEND: grant.backend})
+
+    def paused(self, backend: str, tokens: int) -> None:
+        """Its generation was paused for more urgent work after ``tokens`` output tokens."""
+        self.pauses += 1
+        self._t.instruments.pauses.add(1, (backend, self.cls or ""))
+        if self.span.is_recording():
+            self.span.add_event(sc.EV_PAUSED, {sc.BACKEND: backend, sc.OUTPUT_TOKENS: tokens})
+            self.span.set_attribute(sc.PAUSES, self.pauses)
+
+    def resumed(self, backend: str, prompt_tokens: int | None) -> None:
+        """It runs again; the backend re-read ``prompt_tokens`` (prompt plus text so far)."""
+        if prompt_tokens:
+            self._t.instruments.resume_prefill.add(prompt_tokens, (backend,))
+        if self.span.is_recording():
+            self.span.add_event(sc.EV_RESUMED, {sc.BACKEND: backend})
 
     # -- the backend's part --------------------------------------------------------------
     def call(self, backend: BackendConfig, req: InferenceRequest) -> BackendCall:

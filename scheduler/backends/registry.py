@@ -41,6 +41,7 @@ class BackendConfig:
     api_key: str | None = None
     weight: float = 1.0
     engine_priority: bool = False  # send the gateway's order as the request's `priority`
+    resume: bool = False  # it continues a paused generation (continue_final_message)
     limit: LimitParams | None = None  # None: a static limit of max_concurrency
 
 
@@ -98,6 +99,7 @@ class BackendState:
             name=self.name, limit=limit, down=not self.healthy, models=tuple(sorted(self.models)),
             weight=self.config.weight, speed=self.speed * limit,
             long_cap=self.reservation.long_cap(limit), borrow=self.reservation.borrow(limit),
+            resume=self.config.resume,
         )
 
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -50,6 +50,14 @@ class DrainRate:
             sample = (granted - self._last[1]) / (now - self._last[0])
             self.rate = sample if self.rate == 0 else 0.7 * self.rate + 0.3 * sample
         self._last = (now, granted)
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """A running lease that may be paused: how far it got, and what to do when it is."""
+
+    progress: Callable[[], int | None]  # output tokens so far; None: not preemptible now
+    on_pause: Callable[[], None]  # its slot went to a more urgent ticket
 
 
 @dataclass(slots=True)
@@ -96,6 +104,7 @@ class Dispatcher:
         self._epochs: dict[str, str] = {}  # pool -> the Redis epoch last seen
         self._unreleased: dict[str, set[str]] = {p: set() for p in self._keys}  # releases that failed
         self._drain = {p: DrainRate() for p in self._keys}
+        self._watched: dict[str, Watch] = {}  # lease -> how to follow and pause it
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
 
@@ -163,7 +172,13 @@ class Dispatcher:
     def release_soon(self, grant: Grant) -> None:
         """Give the slot back without holding up the response (safe inside a cancelled task)."""
         self._held[grant.pool].pop(grant.ticket, None)
+        self._watched.pop(grant.ticket, None)
         self._spawn(self._release(grant.pool, grant.ticket))
+
+    def watch(self, grant: Grant, watch: Watch) -> None:
+        """Report this lease's progress with each heartbeat, so the dispatch script may
+        pause it for more urgent work; ``watch.on_pause`` runs if it does."""
+        self._watched[grant.ticket] = watch
 
     async def publish_backend(self, pool: str, backend: BackendRecord) -> None:
         """Register or update a backend in Redis; freed capacity is granted at once."""
@@ -230,6 +245,13 @@ class Dispatcher:
         for msg in messages:
             if msg.kind is MessageKind.GRANT and msg.ticket in self._held[pool]:
                 continue  # told twice (a retried call's answer and the inbox): one lease
+            if msg.kind is MessageKind.PAUSE:
+                # the script already gave its slot away: no lease to renew or release
+                self._held[pool].pop(msg.ticket, None)
+                watched = self._watched.pop(msg.ticket, None)
+                if watched is not None:
+                    watched.on_pause()
+                continue
             if msg.kind is MessageKind.LOST:
                 lost = self._waiters.get(msg.ticket)
                 if lost is not None:  # still waited for: queue it again
@@ -313,7 +335,10 @@ class Dispatcher:
         keys = self._keys[pool]
         sent = dict(self._held[pool])
         waiting = [t for t, w in self._waiters.items() if w.pool == pool]
-        epoch, granted, messages = await self._scripts.heartbeat(keys, self.owner, sent, self.quiet[pool], waiting)
+        progress = {lease: n for lease in sent if (w := self._watched.get(lease)) and (n := w.progress()) is not None}
+        epoch, granted, messages = await self._scripts.heartbeat(
+            keys, self.owner, sent, self.quiet[pool], waiting, progress
+        )
         self._drain[pool].observe(time.monotonic(), granted)
         self._deliver(pool, messages)
         fresh = self._epochs.get(pool, epoch) != epoch

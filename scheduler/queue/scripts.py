@@ -74,7 +74,7 @@ class Scripts:
                 *self._common(me), ticket.id, ticket.model, ticket.tenant, ticket.cls, ticket.predicted,
                 ticket.timeout_s, ticket.tier, ticket.slack_s, ticket.tier_offset_s, ticket.cost_s,
                 t.max_slack_s, max_queue, max_tenant_queue, ticket.avoid, 1 if ticket.restricted else 0,
-                ticket.arrival_s, ticket.pauses,
+                ticket.age_s, ticket.pauses,
             ],
         )
         return EnqueueResult(int(raw[0]), int(raw[1]), [parse_message(m) for m in raw[2:]])

@@ -2,8 +2,8 @@
 -- KEYS[1]: pool base "<prefix>:{<pool>}" (routes the call to the pool's slot)
 -- ARGV: the dispatch arguments (dispatch_args), then ticket, model, tenant, class,
 --       predicted, timeout_s, tier, slack_s, tier_offset_s, cost_s, max_slack_s,
---       max_queue, max_tenant_queue, avoid, restricted, arrival (0: now; a paused
---       request's continuation keeps the arrival of the original), pauses
+--       max_queue, max_tenant_queue, avoid, restricted, age_s (how long ago the request
+--       arrived: 0 for a new one; a paused request's continuation keeps its arrival), pauses
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
 --
@@ -28,10 +28,7 @@ local avoid, restricted = ARGV[a + 13], ARGV[a + 14]
 local pauses = tonumber(ARGV[a + 16]) or 0
 
 local now = now_s()
-local arrival = tonumber(ARGV[a + 15]) or 0
-if arrival <= 0 then
-  arrival = now
-end
+local arrival = now - math.max(0, tonumber(ARGV[a + 15]) or 0)
 heartbeat(K, me, D.owner_ttl, now)
 local lease = redis.call('HGET', K.lease, tid)
 if lease then

@@ -327,9 +327,14 @@ class Proxy:
             return
         transcript = Transcript(exchange.req.endpoint is Endpoint.CHAT)
         carried: list[int] = []  # tokens each continuation carried
+
+        def on_pause() -> None:
+            if transcript.resumable:  # else a tool call began since its last heartbeat: it runs on
+                exchange.pause()
+
         while True:
             assert exchange.grant is not None
-            self.scheduler.watch(exchange.grant, transcript.progress, exchange.pause)
+            self.scheduler.watch(exchange.grant, transcript.progress, on_pause)
             async with aclosing(exchange.relay(stats)) as blocks:
                 async for block in blocks:
                     if exchange.paused:

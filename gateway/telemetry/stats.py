@@ -23,6 +23,7 @@ class _Slot:
     errors: int = 0  # failed after admission (backend errors, broken streams)
     rejections: int = 0  # refused or evicted by the scheduler
     output_tokens: int = 0
+    pauses: int = 0  # of the requests completed: how often they were paused
 
 
 @dataclass(slots=True)
@@ -68,11 +69,12 @@ class WindowStats:
         slot = entry.slots[second % self.window_s]
         if slot.second != second:
             slot.second, slot.requests, slot.errors, slot.rejections, slot.output_tokens = second, 0, 0, 0, 0
+            slot.pauses = 0
         return slot
 
     def completed(
         self, cls: str, ok: bool, output_tokens: int | None, ttft_s: float | None, tpot_s: float | None,
-        queue_s: float | None,
+        queue_s: float | None, pauses: int = 0,
     ) -> None:
         now = self._clock()
         slot = self._slot(cls, now)
@@ -81,6 +83,7 @@ class WindowStats:
             return
         slot.requests += 1
         slot.output_tokens += output_tokens or 0
+        slot.pauses += pauses
         self._classes[cls].samples.append(_Sample(now, ttft_s, tpot_s, queue_s))
 
     def rejected(self, cls: str) -> None:
@@ -113,6 +116,7 @@ class WindowStats:
                 "tpot_p50_s": percentile(tpot, 50),
                 "tpot_p99_s": percentile(tpot, 99),
                 "queue_wait_p99_s": percentile(waits, 99),
+                "pauses_per_request": sum(s.pauses for s in live) / requests if requests else 0.0,
                 "samples": len(samples),
             }
         return out

@@ -287,7 +287,9 @@ class RequestTrace:
         ins.duration.record(duration, (*key, error_type))
         ins.requests.add(1, (*key, result))
         if self.cls is not None and result in (Outcome.OK, Outcome.ERROR):
-            self._t.stats.completed(self.cls, result is Outcome.OK, self._tokens, self._ttft_s, self._tpot_s, self.queue_s)
+            self._t.stats.completed(
+                self.cls, result is Outcome.OK, self._tokens, self._ttft_s, self._tpot_s, self.queue_s, self.pauses
+            )
         if self.span.is_recording():
             self.span.set_attribute(sc.HTTP_STATUS, status)
             if result is not Outcome.OK:

@@ -106,6 +106,12 @@ async def test_a_paused_stream_is_the_unpaused_one(
     usage = [e["usage"] for e in chunks if e.get("usage")]
     assert usage == [e["usage"] for e in events(direct) if e.get("usage")]  # one usage, summed over parts
     assert raw.endswith(b"data: [DONE]\n\n")
+    async with httpx.AsyncClient(timeout=30) as http:
+        stats = (await http.get(f"{url}/admin/stats")).json()["classes"]["long"]
+        metrics = (await http.get(f"{url}/metrics")).text
+    assert stats["pauses_per_request"] == 2.0
+    assert 'triage_pauses_total{triage_backend="sim",triage_class="long"} 2' in metrics
+    assert "triage_resume_prefill_tokens_total" in metrics
 
 
 async def test_a_client_that_leaves_while_paused_frees_everything(

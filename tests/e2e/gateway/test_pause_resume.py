@@ -107,10 +107,15 @@ async def test_a_paused_stream_is_the_unpaused_one(
     assert usage == [e["usage"] for e in events(direct) if e.get("usage")]  # one usage, summed over parts
     assert raw.endswith(b"data: [DONE]\n\n")
     async with httpx.AsyncClient(timeout=30) as http:
-        stats = (await http.get(f"{url}/admin/stats")).json()["classes"]["long"]
+
+        async def done() -> bool:  # its trace ends just after its last byte
+            return (await http.get(f"{url}/admin/stats")).json()["classes"]["medium"]["requests"] == 1
+
+        await eventually(done)  # class medium: the hint, capped by max_tokens 400
+        stats = (await http.get(f"{url}/admin/stats")).json()["classes"]["medium"]
         metrics = (await http.get(f"{url}/metrics")).text
     assert stats["pauses_per_request"] == 2.0
-    assert 'triage_pauses_total{triage_backend="sim",triage_class="long"} 2' in metrics
+    assert 'triage_pauses_total{triage_backend="sim",triage_class="medium"} 2' in metrics
     assert "triage_resume_prefill_tokens_total" in metrics
 
 

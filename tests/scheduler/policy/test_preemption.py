@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
@@ -110,3 +110,85 @@ async def test_the_twin_pauses_as_the_script_does(
     for name in ("a", "b", "c"):
         holders = [lid for lid, rec in (await redis.hgetall(keys.lease)).items() if rec.decode().split("|")[0] == name]
         assert int(await redis.hget(keys.busy, name) or 0) == len(holders)
+
+
+# -- the books, over random runs of arrivals, releases and heartbeats ------------------
+
+MAX_SLACK = 0.5
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.sampled_from(["short", "long", "release", "beat", "beat"]), min_size=1, max_size=25))
+@example(steps=["long", "long", "beat", "short", "beat", "short", "beat", "short", "release"])
+async def test_pausing_keeps_the_books(redis: Redis, steps: list[str]) -> None:
+    """A slot is never held twice; a pause only ever favours a more urgent ticket that did
+    not arrive more than max_slack after its victim; max_pauses holds; and every paused
+    request, queued again as its owner does, is granted in the end (none lost)."""
+    keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
+    scripts = Scripts(redis, Timing(30.0, 30.0, 64, max_slack_s=MAX_SLACK, preempt=True, quantum_tokens=0,
+                                    max_pauses=MAX_PAUSES))
+    await scripts.set_backend(keys, "me", BackendRecord("a", 2, models=("m",), resume=True))
+    running: dict[str, int] = {}  # lease -> attained tokens
+    arrival: dict[str, float] = {}  # request -> its arrival on Redis's clock
+    pauses: dict[str, int] = {}
+    requests: set[str] = set()
+    granted: set[str] = set()
+
+    async def clock() -> float:
+        seconds, micros = await redis.time()
+        return seconds + micros / 1e6
+
+    def request_of(ticket: str) -> str:
+        return ticket.split("~")[0]
+
+    async def handle(messages: list) -> None:
+        for m in messages:
+            if m.kind is MessageKind.GRANT:
+                assert m.ticket not in running
+                running[m.ticket] = 0
+                granted.add(request_of(m.ticket))
+            elif m.kind is MessageKind.PAUSE:
+                victim = request_of(m.ticket)
+                assert running.pop(m.ticket) > 0 and pauses[victim] < MAX_PAUSES
+                pauses[victim] += 1
+                granted.discard(victim)
+                # the owner queues the continuation with the original arrival
+                age = await clock() - arrival[victim]
+                t = Ticket(f"{victim}~{pauses[victim]}", "m", "x", "long", 1000, 0.0, "interactive", MAX_SLACK,
+                           age_s=age, pauses=pauses[victim])
+                await handle((await scripts.enqueue(keys, "me", t, 0, 0)).messages)
+
+    for i, step in enumerate(steps):
+        if step in ("short", "long"):
+            rid = f"r{i}"
+            requests.add(rid)
+            pauses[rid] = 0
+            arrival[rid] = await clock()
+            slack = 0.0 if step == "short" else MAX_SLACK
+            t = Ticket(rid, "m", "x", step, 10 if step == "short" else 1000, 0.0, "interactive", slack)
+            before = set(running)
+            result = await scripts.enqueue(keys, "me", t, 0, 0)
+            await handle(result.messages)
+            for m in result.messages:
+                if m.kind is MessageKind.PAUSE:  # the urgent one arrived within max_slack of its victim
+                    assert arrival[rid] <= arrival[request_of(m.ticket)] + MAX_SLACK + 0.01
+                    assert m.ticket in before
+        elif step == "release" and running:
+            lease = sorted(running)[0]
+            del running[lease]
+            await handle(await scripts.release(keys, "me", lease))
+        elif step == "beat":
+            for lease in running:
+                running[lease] += 50
+            records = {lid: (await redis.hget(keys.lease, lid)).decode() for lid in running}
+            await handle((await scripts.heartbeat(keys, "me", records, progress=dict(running)))[2])
+        leases = await redis.hgetall(keys.lease)
+        assert set(k.decode() for k in leases) == set(running)  # a slot is never held twice
+        assert int(await redis.hget(keys.busy, "a") or 0) == len(running) <= 2
+    while running:  # drain: every request ends granted, none lost
+        lease = sorted(running)[0]
+        del running[lease]
+        await handle(await scripts.release(keys, "me", lease))
+    assert granted == requests and await redis.zcard(keys.queue) == 0
+    if steps[:4] == ["long", "long", "beat", "short"]:  # the mechanism ran: a long one was paused
+        assert sum(pauses.values()) >= 1

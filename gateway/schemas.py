@@ -109,6 +109,23 @@ def _completion_prompt(body: dict[str, Any]) -> tuple[str, str, int, int]:
     raise bad_request("'prompt' must be a string or an array of strings or token ids", "prompt")
 
 
+MAX_DEPTH = 128  # JSON nesting a body may have: the gateway must be able to re-encode it
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Does ``value`` nest arrays and objects more than ``limit`` levels deep?"""
+    level: list[tuple[Any, int]] = [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        level.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def parse(raw: bytes, endpoint: Endpoint, max_tokens_limit: int) -> InferenceRequest:
     try:
         body = orjson.loads(raw)
@@ -119,6 +136,9 @@ def parse(raw: bytes, endpoint: Endpoint, max_tokens_limit: int) -> InferenceReq
         ) from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    if _too_deep(body):
+        raise bad_request(f"The request body nests arrays and objects more than {MAX_DEPTH} levels deep.",
+                          code="invalid_json")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("You must provide a model parameter.", "model", "missing_model")
@@ -137,13 +157,18 @@ def parse(raw: bytes, endpoint: Endpoint, max_tokens_limit: int) -> InferenceReq
     )
 
 
+MAX_HEADER_DIGITS = 12  # a bound on every integer header: no overflow downstream
+
+
 def parse_int_header(value: str | None, name: str, minimum: int = 1) -> int | None:
+    """A non-negative decimal integer header: digits only (no sign, spaces or ``_``)."""
     if value is None:
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise GatewayError(400, f"header {name} must be an integer", param=name) from None
+    if not (value.isascii() and value.isdigit()) or len(value) > MAX_HEADER_DIGITS:
+        raise GatewayError(
+            400, f"header {name} must be a whole number of at most {MAX_HEADER_DIGITS} digits", param=name
+        )
+    number = int(value)
     if number < minimum:
         raise GatewayError(400, f"header {name} must be at least {minimum}", param=name)
     return number

@@ -38,6 +38,9 @@ def assert_error(resp: httpx.Response, status: int, param: str | None = None) ->
         (b'{"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10000000000}', 400, "max_tokens"),
         (b'{"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}', 400, "stream"),
         (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}', 404, "model"),
+        # nested past what the gateway can re-encode, in a field it never reads (was a 500)
+        (b'{"model": "sim-model", "stream": true, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}], "x": '
+         + b"[" * 254 + b"]" * 254 + b"}", 400, None),
     ],
 )
 async def test_bad_chat_bodies(gateway: str, body: bytes, status: int, param: str | None) -> None:
@@ -61,8 +64,9 @@ async def test_oversized_body(gateway_factory: Callable[..., str], sim_url: str)
 
 async def test_bad_headers(gateway: str) -> None:
     async with httpx.AsyncClient(base_url=gateway) as http:
-        resp = await http.post(CHAT, json={"model": MODEL, "messages": MSG}, headers={"x-triage-timeout-ms": "soon"})
-        assert_error(resp, 400, "x-triage-timeout-ms")
+        for bad in ("soon", "9" * 4300, "1_000", "+5"):  # 4,300 digits overflowed a float: a 500
+            resp = await http.post(CHAT, json={"model": MODEL, "messages": MSG}, headers={"x-triage-timeout-ms": bad})
+            assert_error(resp, 400, "x-triage-timeout-ms")
         resp = await http.post(CHAT, json={"model": MODEL, "messages": MSG}, headers={"x-triage-priority": "vip"})
         assert_error(resp, 400, "x-triage-priority")
 

@@ -27,6 +27,7 @@ from gateway.errors import error_body
 from gateway.upstream.client import UpstreamError, upstream_errors
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
+_DONE = b"data: [DONE]"
 # a chunk that carries generated text (a first chat chunk often has only the role)
 _CONTENT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
 
@@ -83,6 +84,9 @@ async def relay_events(
                         stats.first_chunk_at = time.monotonic()
                     stats.events += block.count(b"data: {")
                     yield block
+                    if _DONE in block:  # the client has the whole answer: whatever happens next,
+                        stats.ended_at = time.monotonic()  # it is complete
+                        stats.completed = True
             if pending.strip():
                 yield pending
             stats.ended_at = time.monotonic()
@@ -145,7 +149,8 @@ class RelayResponse(StreamingResponse):
                     await send({"type": "http.response.body", "body": block, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (ClientGone, OSError):
-            self.stats.client_gone = True
+            # a client that leaves after [DONE] (as many do) got the whole answer
+            self.stats.client_gone = not self.stats.completed
         finally:
             watch.stop()
             if not self.stats.completed and self.stats.error is None:

@@ -193,7 +193,10 @@ class Dispatcher:
                 keys, self.owner, waiter.spec, self._limits.max_queue, self._limits.max_tenant_queue
             )
         except RedisError as exc:
-            raise SchedulerUnavailable(f"the queue store (Redis) is unreachable: {exc}") from exc
+            log.warning("enqueue failed: %s", exc)  # the detail (addresses) stays in the log
+            raise SchedulerUnavailable(
+                "the gateway's queue store (Redis) cannot be reached; retry shortly"
+            ) from exc
         if result.status == -1:
             raise QueueFull(
                 f"the queue for this model is full ({result.queue_len} waiting)",

@@ -59,6 +59,35 @@ async def _handle_cut_error(reader: asyncio.StreamReader, writer: asyncio.Stream
     writer.close()
 
 
+async def _handle_lingering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer GETs as ``_handle``; stream a whole answer to a POST, [DONE] included, then
+    keep the response open (the end of the body comes late, as a busy server's may)."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET"):
+                await _answer_probe(writer)
+                continue
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            events = [
+                b'{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+                b'{"id":"x","choices":[{"index":0,"delta":{"content":"Hi"}}]}',
+                b'{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+                b'{"id":"x","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}',
+            ]
+            body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                         + b"%x\r\n" % len(body) + body + b"\r\n")
+            await writer.drain()
+            await reader.read()  # the end of the body never comes: until the gateway closes
+            break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
 def _serve(handler: Callable[..., Any]) -> Iterator[str]:
     """A real HTTP server on its own thread and loop."""
     loop = asyncio.new_event_loop()
@@ -150,3 +179,33 @@ async def test_an_error_answer_that_breaks_off_gives_502_and_frees_the_slot(
 
 async def slot_free(redis: Redis, prefix: str) -> bool:
     return int(await redis.hget(PoolKeys(prefix, "default").busy, "cut") or 0) == 0
+
+
+@pytest.fixture
+def lingering_backend() -> Iterator[str]:
+    yield from _serve(_handle_lingering)
+
+
+async def test_a_client_that_leaves_at_done_got_a_complete_answer(
+    gateway_factory: Callable[..., str], lingering_backend: str, redis: Redis, prefix: str
+) -> None:
+    """Completion is what the client received: [DONE] and then a close is a success
+    (counted ok, its length learned), not a client that left."""
+    gw = gateway_factory([{"name": "linger", "url": lingering_backend, "models": [MODEL], "adaptive": False}])
+    async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
+        async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as resp:
+            async for line in resp.aiter_lines():
+                if line == "data: [DONE]":
+                    break  # and close, as many clients do
+        await eventually(lambda: slot_free_on(redis, prefix, "linger"))
+
+        async def counted_ok() -> bool:
+            return 'triage_outcome="ok"' in (await http.get("/metrics")).text
+
+        await eventually(counted_ok)
+        assert 'triage_outcome="client_gone"' not in (await http.get("/metrics")).text
+
+
+async def slot_free_on(redis: Redis, prefix: str, backend: str) -> bool:
+    return int(await redis.hget(PoolKeys(prefix, "default").busy, backend) or 0) == 0
+

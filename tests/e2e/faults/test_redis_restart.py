@@ -42,6 +42,7 @@ async def test_redis_restart_mid_load(sim: str) -> None:
                 assert resp.status_code == 503
                 assert resp.json()["error"]["code"] == "scheduler_unavailable"
                 assert "Redis" in resp.json()["error"]["message"]
+                assert "127.0.0.1" not in resp.text and str(port) not in resp.text  # no addresses
                 assert (await http.get(f"{gw}/ready")).json()["redis"] is False
 
                 server = EmbeddedRedis(port)

@@ -32,6 +32,7 @@ from loadtests.compare_view import print_tables, write_cdf_plot, write_markdown,
 from loadtests.datasets import PromptCatalog
 from loadtests.limit_trace import LimitSampler, write_limit_plot
 from loadtests.metrics import Warmup, summarize
+from loadtests.modes import DEFAULT_MODES, GATEWAY_MODES, MODES, mode_gateway_config
 from loadtests.plan import LoadConfig, TraceReplay, execute, trace_rows
 from loadtests.progress import Progress
 from loadtests.report import write_json, write_records
@@ -43,23 +44,7 @@ from loadtests.traces import TraceRow
 from loadtests.workload import Workload, load_workload
 from scheduler.queue.keys import predictor_key
 
-DEFAULT_MODES = ("direct", "fifo", "short_first", "oracle")
-TOO_HIGH = 16  # the *_high modes configure a limit this many times the engine's max_num_seqs
-# mode -> the gateway's policy, other settings, and backend settings it runs with
-GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "fifo": ("fifo", {}, {}),
-    "short_first": ("short_first", {}, {}),
-    "oracle": ("oracle", {}, {}),
-    "short_first_reserved": ("short_first", {"reserve_slots": True}, {}),
-    "oracle_reserved": ("oracle", {"reserve_slots": True}, {}),
-    # backpressure: a limit far above what the engine runs, held static or left to adapt
-    "static_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
-    "adaptive_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
-    # the same pair ordered by true lengths: what the limit alone buys, prediction aside
-    "static_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
-    "adaptive_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
-}
-MODES = ("direct", *GATEWAY_MODES)
+__all__ = ["DEFAULT_MODES", "GATEWAY_MODES", "MODES", "CompareConfig", "CompareError", "run"]
 
 
 class CompareError(Exception):
@@ -349,16 +334,11 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
     child = None
     urls = direct
     if mode != "direct":
-        policy, extra, backend = GATEWAY_MODES[mode]
-        limit = cfg.sim.max_num_seqs * backend.get("limit_factor", 1)
         prefix = f"cmp{uuid.uuid4().hex[:8]}"
         if trained:
             paste_hash(redis_url, predictor_key("default", prefix), trained)
-        conf = gateway_config(redis_url, prefix, policy, list(direct), cfg.sim.model,
-                              limit, free_port(), {**cfg.gateway_settings, **extra})
-        if "adaptive" in backend:
-            for b in conf["backends"]:
-                b["adaptive"] = backend["adaptive"]
+        conf = mode_gateway_config(mode, redis_url, prefix, list(direct), cfg.sim.model, cfg.sim.max_num_seqs,
+                                   free_port(), cfg.gateway_settings)
         child = gateway(conf, f"gateway-{mode}-{load}", logs)
         try:
             urls = (child.start("/ready"),)

@@ -109,6 +109,12 @@ TARGETS = (
      "overall", "output_tps", ">=", 0.95),
     ("short TTFT p99, oracle / oracle_reserved", "oracle", "oracle_reserved", "short", "ttft_p99_s", None, None),
     ("output TPS, oracle_reserved / fifo", "oracle_reserved", "fifo", "overall", "output_tps", ">=", 0.98),
+    ("short TTFT p99, short_first / short_first_preempt", "short_first", "short_first_preempt", "short",
+     "ttft_p99_s", None, None),
+    ("long E2E p99, short_first_preempt / short_first", "short_first_preempt", "short_first", "long",
+     "e2e_p99_s", None, None),
+    ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps", None, None),
+    ("short TTFT p99, oracle / oracle_preempt", "oracle", "oracle_preempt", "short", "ttft_p99_s", None, None),
     ("short TTFT p99, fifo / direct", "fifo", "direct", "short", "ttft_p99_s", None, None),
     ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps", None, None),
 )

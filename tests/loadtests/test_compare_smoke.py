@@ -36,3 +36,25 @@ def test_compare_smoke(tmp_path: Path) -> None:
     assert oracle["class_accuracy"] == 1.0  # it is handed the true length
     assert {x["ratio"] for x in report["ratios"]} >= {"short TTFT p99, fifo / short_first"}
     assert (out / "compare.md").is_file() and (out / "compare.png").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_compare_smoke_with_hidden_lengths(tmp_path: Path) -> None:
+    from loadtests.length_table import read_length_table
+
+    out = tmp_path / "cmp"
+    code = main(["compare", "--smoke", "--workload", "sharegpt-chat", "--modes", "direct,fifo,oracle",
+                 "--out", str(out), "--quiet"])
+    assert code == 0
+    report = json.loads((out / "compare.json").read_text())
+    assert report["config"]["lengths"] == "hidden"
+    assert read_length_table(Path(report["config"]["length_table"]))  # the simulators' table, kept with the run
+    for r in report["runs"]:
+        records = [json.loads(line) for line in (out / "runs" / f"{r['mode']}-{r['load']}.jsonl").open()]
+        assert len(records) == r["sent"]
+        for rec in records:
+            assert rec["ok"]
+            assert rec["output_tokens"] == rec["planned_tokens"]  # the simulators stopped at the true length
+    oracle = next(r for r in report["runs"] if r["mode"] == "oracle")
+    assert oracle["class_accuracy"] == 1.0  # it alone is sent the true length

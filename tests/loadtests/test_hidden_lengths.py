@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from loadtests.client import Target, request_body, request_headers
+from loadtests.compare import hidden_lengths_table
 from loadtests.datasets import SOURCE_FILES, PromptCatalog
 from loadtests.length_table import FILE_NAME, read_length_table, write_length_table
 from loadtests.requests import Part, RequestFactory, part_of
@@ -123,6 +124,22 @@ def test_a_class_without_real_lengths_is_not_sent(tmp_path: Path) -> None:
     only_essays = {**HIDDEN, "classes": HIDDEN["classes"][1:]}
     with pytest.raises(WorkloadError, match="no prompt rows with real reply lengths"):
         RequestFactory(parse_workload(only_essays), PromptCatalog(tmp_path / "none"), 0)
+
+
+def test_compare_writes_the_table_of_the_trace_it_sends(tmp_path: Path, data_dir: Path) -> None:
+    from loadtests.compare import CompareConfig
+    from loadtests.stack import SimSpec
+
+    cfg = CompareConfig("hidden", (0.9,), ("direct",), SimSpec(), 1, 5.0, 5.0, 0.0, 5.0, None, 0, data_dir,
+                        tmp_path / "out", tmp_path / "out" / "c.json", True)
+    catalog = PromptCatalog(data_dir)
+    path = hidden_lengths_table(cfg, parse_workload(HIDDEN), catalog)
+    assert path == (tmp_path / "out" / FILE_NAME).resolve()
+    table = read_length_table(path)
+    for seed, part in ((0, Part.MEASURE), (1, Part.TRAIN), (7, Part.MEASURE)):  # measured, training, capacity
+        f = RequestFactory(parse_workload(HIDDEN), catalog, seed, part)
+        assert all(table[r.prompt] == r.max_tokens for r in (f.next(i) for i in range(200)))
+    assert hidden_lengths_table(cfg, load_workload("mixed"), catalog) is None
 
 
 def test_length_table_command(tmp_path: Path, data_dir: Path) -> None:

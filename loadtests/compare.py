@@ -33,7 +33,7 @@ from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
 from loadtests.arrivals import ArrivalSpec, Process
 from loadtests.client import RequestRecord, Target
-from loadtests.compare_report import ratios, run_row
+from loadtests.compare_report import ratios, run_row, true_class
 from loadtests.compare_view import print_tables, write_cdf_plot, write_markdown, write_plot
 from loadtests.datasets import PromptCatalog
 from loadtests.length_table import FILE_NAME, write_length_table
@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         "schema": "triage.compare/1",
         "config": {"workload": workload.name, "workload_description": workload.description,
                    "lengths": workload.lengths.value, "length_table": str(table) if table else None,
-                   "loads": list(cfg.loads), "modes": list(cfg.modes),
+                   "class_basis": "true output length", "loads": list(cfg.loads), "modes": list(cfg.modes),
                    "predictor_training_s": cfg.train_s, "gateway_settings": cfg.gateway_settings,
                    "profile": cfg.sim.profile, "max_num_seqs": cfg.sim.max_num_seqs, "backends": cfg.backends,
                    "sim_time_scale": cfg.sim.time_scale, "duration_s": cfg.duration_s, "drain_s": cfg.drain_s,
@@ -307,13 +307,13 @@ def run(args: argparse.Namespace) -> int:
         "capacity": capacity,
         "data_origin": catalog.origin,
         "runs": runs,
-        "ratios": ratios(runs, *_short_long(workload)),
+        "ratios": ratios(runs),
     }
     write_json(cfg.json_path, report)
     write_markdown(cfg.out / "compare.md", report)
-    short, long = _short_long(workload)
-    write_plot(cfg.out / "compare.png", report, short, long)
-    write_cdf_plot(cfg.out / "compare_cdf.png", kept, short)
+    write_plot(cfg.out / "compare.png", report)
+    short = {key: [r for r in records if true_class(r, thresholds) == "short"] for key, records in kept.items()}
+    write_cdf_plot(cfg.out / "compare_cdf.png", short, f"short (true length <= {thresholds[0]})")
     trajectories = {f"{r['mode']} @ {r['load']}": r.get("limit_trajectory", []) for r in runs
                     if "_high" in r["mode"]}
     write_limit_plot(cfg.out / "limit.png", trajectories, f"concurrency limit, {workload.name}")
@@ -321,11 +321,6 @@ def run(args: argparse.Namespace) -> int:
         print_tables(report)
     _log(cfg, f"wrote {cfg.json_path}; compare.md, compare.png, compare_cdf.png, runs/*.jsonl in {cfg.out}")
     return 0 if all(r["overall"]["count"] for r in runs) else 1
-
-
-def _short_long(workload: Workload) -> tuple[str, str]:
-    names = [c.name for c in workload.classes]
-    return ("short" if "short" in names else names[0]), ("long" if "long" in names else names[-1])
 
 
 def _train_predictor(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, direct: tuple[str, ...],
@@ -380,7 +375,7 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
             child.stop()
     slos = {c.name: c.slo for c in workload.classes}
     summary = summarize(records, slos, lc.warmup, [c.name for c in workload.classes])
-    row = run_row(mode, load, rate, workload.name, summary, records, lc.warmup, thresholds)
+    row = run_row(mode, load, rate, workload.name, summary, records, lc.warmup, thresholds, slos)
     row["sent"] = len(records)
     if sampler is not None:
         row["limit_trajectory"] = sampler.samples

@@ -1,6 +1,7 @@
-"""``python -m loadtests loadtest ...`` and ``python -m loadtests compare ...``.
+"""``python -m loadtests loadtest ...``, ``python -m loadtests compare ...`` and ``length-table``.
 
-The same flags as ``triage loadtest`` and ``triage bench compare``.
+The same flags as ``triage loadtest`` and ``triage bench compare``; ``length-table``
+writes the simulator's length table of a workload that hides lengths.
 """
 
 from __future__ import annotations
@@ -8,7 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadtests.cli import add_compare_arguments, add_loadtest_arguments, run_compare, run_loadtest
+from loadtests.cli import (
+    add_compare_arguments,
+    add_length_table_arguments,
+    add_loadtest_arguments,
+    run_compare,
+    run_length_table,
+    run_loadtest,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compare", help="direct vs FIFO vs short-first vs oracle on one seeded load")
     add_compare_arguments(p)
     p.set_defaults(func=run_compare)
+    p = sub.add_parser("length-table", help="write the simulator's length table of a workload that hides lengths")
+    add_length_table_arguments(p)
+    p.set_defaults(func=run_length_table)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -1,4 +1,4 @@
-"""Command line of the load tools: ``loadtest`` (one run against any URL) and ``compare``.
+"""Command line of the load tools: ``loadtest`` (one run against any URL), ``compare``, ``length-table``.
 
 ``add_*_arguments(parser)`` / ``run_*(args) -> int`` pairs, so ``triage`` and
 ``python -m loadtests`` share them. Flags are parsed here, once, into typed settings;
@@ -17,15 +17,17 @@ from pathlib import Path
 from loadtests.arrivals import ArrivalSpec, Process
 from loadtests.client import Target
 from loadtests.datasets import PromptCatalog
+from loadtests.length_table import write_length_table
 from loadtests.metrics import Warmup, summarize
 from loadtests.options import UsageError, resolve_data_dir
 from loadtests.plan import LoadConfig, TraceReplay, execute
 from loadtests.progress import Progress
 from loadtests.report import markdown, report_json, write_json, write_records
+from loadtests.requests import RequestFactory
 from loadtests.runner import Limits, run_async
 from loadtests.timeseries import timeseries
 from loadtests.traces import TraceError
-from loadtests.workload import Api, WorkloadError, builtin_workloads, load_workload
+from loadtests.workload import Api, Lengths, WorkloadError, builtin_workloads, load_workload
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -105,6 +107,10 @@ def run_loadtest(args: argparse.Namespace) -> int:
         print(f"loadtest: {exc}", file=sys.stderr)
         return 2
     catalog = PromptCatalog(cfg.data_dir)
+    if cfg.workload.lengths is Lengths.HIDDEN and not args.quiet:
+        print(f"loadtest: {cfg.workload.name} hides lengths (no max_tokens): the target must stop each reply "
+              "itself; a simulator does so with --length-table FILE from `python -m loadtests length-table`",
+              file=sys.stderr)
     progress = Progress(cfg.workload.name, cfg.limits.max_requests, cfg.limits.duration_s,
                         enabled=not args.quiet and sys.stderr.isatty())
     try:
@@ -153,3 +159,27 @@ def run_compare(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"compare: done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return code
+
+
+def add_length_table_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``length-table``."""
+    p.add_argument("--workload", default="sharegpt-chat", help="a workload with lengths: hidden")
+    p.add_argument("--data-dir", default=None, help="folder of prompt files (as for loadtest)")
+    p.add_argument("--out", default="length_table.jsonl", help="the JSONL file to write")
+
+
+def run_length_table(args: argparse.Namespace) -> int:
+    """``length-table``: every prompt of a hidden-length workload with its true length, for
+    ``python -m simulator --length-table FILE`` before a ``loadtest`` against it."""
+    try:
+        workload = load_workload(args.workload)
+        if workload.lengths is not Lengths.HIDDEN:
+            raise UsageError(f"workload {workload.name} sends its lengths (lengths: max_tokens); no table needed")
+        factory = RequestFactory(workload, PromptCatalog(resolve_data_dir(args.data_dir)), 0)
+    except (WorkloadError, UsageError) as exc:
+        print(f"length-table: {exc}", file=sys.stderr)
+        return 2
+    lengths = factory.true_lengths()
+    path = write_length_table(Path(args.out), lengths)
+    print(f"wrote {len(lengths)} prompts to {path}")
+    return 0

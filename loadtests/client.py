@@ -26,7 +26,7 @@ class RequestRecord:
     cls: str
     start_s: float  # send time, seconds after the run's start
     ok: bool
-    planned_tokens: int  # what was asked for (max_tokens, ignore_eos)
+    planned_tokens: int  # the true output length (sent as max_tokens with ignore_eos unless hidden)
     input_tokens: int = 0  # server usage, else the planner's estimate
     output_tokens: int = 0  # server usage, else the number of content chunks
     ttft_s: float | None = None
@@ -57,11 +57,15 @@ class Target:
     api: Api = Api.CHAT
     stream: bool = True
     timeout_s: float = 600.0
+    oracle_header: bool = True  # send x-triage-oracle-tokens (read only by an oracle-policy gateway)
 
 
 def request_body(req: PlannedRequest, target: Target) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": target.model, "max_tokens": req.max_tokens, "ignore_eos": True,
-                            "temperature": 0.0, "stream": target.stream}
+    """The JSON body; ``max_tokens`` and ``ignore_eos`` only when the workload tells the length."""
+    body: dict[str, Any] = {"model": target.model, "temperature": 0.0, "stream": target.stream}
+    if req.send_max_tokens:
+        body["max_tokens"] = req.max_tokens
+        body["ignore_eos"] = True
     if target.api is Api.CHAT:
         body["messages"] = [{"role": "user", "content": req.prompt}]
     else:
@@ -71,8 +75,10 @@ def request_body(req: PlannedRequest, target: Target) -> dict[str, Any]:
     return body
 
 
-def request_headers(req: PlannedRequest) -> dict[str, str]:
-    headers = {"content-type": "application/json", "x-triage-oracle-tokens": str(req.max_tokens)}
+def request_headers(req: PlannedRequest, oracle: bool = True) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if oracle:
+        headers["x-triage-oracle-tokens"] = str(req.max_tokens)
     if req.api_key:
         headers["authorization"] = f"Bearer {req.api_key}"
     if req.tier:
@@ -118,7 +124,7 @@ class Sender:
         start_s = start - self._t0
         try:
             async with self._client.stream("POST", url, content=orjson.dumps(request_body(req, target)),
-                                           headers=request_headers(req)) as resp:
+                                           headers=request_headers(req, target.oracle_header)) as resp:
                 meta: dict[str, Any] = {"status": resp.status_code, "served_class": resp.headers.get("x-triage-class"),
                         "queue_ms": _float(resp.headers.get("x-triage-queue-ms"))}
                 if resp.status_code != 200:

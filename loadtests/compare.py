@@ -5,6 +5,12 @@ mode), measures the backends' capacity for the workload's mix, then for each loa
 (a fraction of that capacity) sends the same seeded requests at the same times
 through each mode in turn. Nothing is tuned per mode; every mode sees the same trace.
 
+A workload that hides lengths sends prompts only: the comparison writes every prompt's
+true length into ``OUT/length_table.jsonl`` and starts its simulators with
+``--length-table``, so each reply stops at its true length and a gateway learns lengths
+only from the replies it relays. Only the oracle modes are sent the true length
+(``x-triage-oracle-tokens``); the others are not.
+
 Capacity: a closed-loop run that keeps every backend slot busy, directly against the
 backends; capacity RPS = sustained output tokens/s / mean output tokens per request.
 """
@@ -27,39 +33,25 @@ from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
 from loadtests.arrivals import ArrivalSpec, Process
 from loadtests.client import RequestRecord, Target
-from loadtests.compare_report import ratios, run_row
+from loadtests.compare_report import ratios, run_row, true_class
 from loadtests.compare_view import print_tables, write_cdf_plot, write_markdown, write_plot
 from loadtests.datasets import PromptCatalog
+from loadtests.length_table import FILE_NAME, write_length_table
 from loadtests.limit_trace import LimitSampler, write_limit_plot
 from loadtests.metrics import Warmup, summarize
+from loadtests.modes import DEFAULT_MODES, GATEWAY_MODES, MODES, mode_gateway_config, uses_oracle
 from loadtests.plan import LoadConfig, TraceReplay, execute, trace_rows
 from loadtests.progress import Progress
 from loadtests.report import write_json, write_records
-from loadtests.requests import RequestFactory
+from loadtests.requests import Part, RequestFactory
 from loadtests.runner import Limits, run_async
 from loadtests.stack import Child, SimSpec, StackError, gateway, gateway_config, simulator
 from loadtests.timeseries import timeseries
 from loadtests.traces import TraceRow
-from loadtests.workload import Workload, load_workload
+from loadtests.workload import Lengths, Workload, load_workload
 from scheduler.queue.keys import predictor_key
 
-DEFAULT_MODES = ("direct", "fifo", "short_first", "oracle")
-TOO_HIGH = 16  # the *_high modes configure a limit this many times the engine's max_num_seqs
-# mode -> the gateway's policy, other settings, and backend settings it runs with
-GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "fifo": ("fifo", {}, {}),
-    "short_first": ("short_first", {}, {}),
-    "oracle": ("oracle", {}, {}),
-    "short_first_reserved": ("short_first", {"reserve_slots": True}, {}),
-    "oracle_reserved": ("oracle", {"reserve_slots": True}, {}),
-    # backpressure: a limit far above what the engine runs, held static or left to adapt
-    "static_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
-    "adaptive_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
-    # the same pair ordered by true lengths: what the limit alone buys, prediction aside
-    "static_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
-    "adaptive_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
-}
-MODES = ("direct", *GATEWAY_MODES)
+__all__ = ["DEFAULT_MODES", "GATEWAY_MODES", "MODES", "CompareConfig", "CompareError", "run"]
 
 
 class CompareError(Exception):
@@ -104,7 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, help="JSON report path (default OUT/compare.json)")
     p.add_argument("--train-s", type=float, default=60.0,
                    help="before the runs, teach the length predictor for this long on other prompts of the "
-                        "same workload (seed + 1), as a gateway in service would have learned; 0: cold")
+                        "same workload (its training part, one prompt in four, seed + 1), as a gateway in "
+                        "service would have learned; 0: cold")
     p.add_argument("--gateway-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a gateway setting for every measured gateway (repeatable; the value is read as "
                         "YAML), e.g. --gateway-set long_share_max=0.75; the mode's own settings win")
@@ -174,7 +167,7 @@ def mean_output_tokens(workload: Workload, cfg: LoadConfig, catalog: PromptCatal
         if not rows:
             raise CompareError("the workload's trace has no rows")
         return sum(r.output_tokens for r in rows) / len(rows)
-    factory = RequestFactory(workload, catalog, cfg.seed)
+    factory = RequestFactory(workload, catalog, cfg.seed, cfg.part)
     return sum(factory.next(i).max_tokens for i in range(n)) / n
 
 
@@ -191,9 +184,10 @@ def measure_capacity(cfg: CompareConfig, base: LoadConfig, catalog: PromptCatalo
     if cfg.capacity_rps is not None:
         return {"rps": cfg.capacity_rps, "measured": False, "mean_output_tokens": round(mean_tokens, 1)}
     clients = cfg.backends * cfg.sim.max_num_seqs + 2
-    load = LoadConfig(Target(urls, cfg.sim.model, base.workload.api), base.workload,
+    load = LoadConfig(Target(urls, cfg.sim.model, base.workload.api, oracle_header=False), base.workload,
                       ArrivalSpec(Process.CONCURRENCY, concurrency=clients),
-                      Limits(cfg.capacity_s, None, cfg.drain_s), Warmup(), cfg.seed + 7, base.data_dir)
+                      Limits(cfg.capacity_s, None, cfg.drain_s), Warmup(), cfg.seed + 7, base.data_dir,
+                      part=base.part)
     records = run_async(_run(load, catalog, "capacity", cfg.quiet))
     series = timeseries(records)
     # steady state: skip the first 30% (the batch filling up); stop at the end of sending
@@ -217,15 +211,17 @@ def trace_scale(rows: list[TraceRow], rate: float, duration_s: float) -> float:
 
 
 def load_config(cfg: CompareConfig, workload: Workload, urls: tuple[str, ...], rate: float,
-                rows: list[TraceRow] | None) -> LoadConfig:
+                rows: list[TraceRow] | None, part: Part = Part.MEASURE, oracle: bool = False) -> LoadConfig:
+    """One run's load; ``oracle``: send the true length in ``x-triage-oracle-tokens``."""
     limits = Limits(cfg.duration_s, None, cfg.drain_s)
-    target = Target(urls, cfg.sim.model, workload.api)
+    target = Target(urls, cfg.sim.model, workload.api, oracle_header=oracle)
     if workload.trace is not None and rows:
         # the trace's own timing, sped up or slowed down to the wanted mean rate
         return LoadConfig(target, workload, ArrivalSpec(Process.TRACE), limits, Warmup(0, cfg.warmup_s),
-                          cfg.seed, cfg.data_dir, TraceReplay(time_scale=trace_scale(rows, rate, cfg.duration_s)))
+                          cfg.seed, cfg.data_dir, TraceReplay(time_scale=trace_scale(rows, rate, cfg.duration_s)),
+                          part)
     return LoadConfig(target, workload, ArrivalSpec(Process.POISSON, rate=rate), limits,
-                      Warmup(0, cfg.warmup_s), cfg.seed, cfg.data_dir)
+                      Warmup(0, cfg.warmup_s), cfg.seed, cfg.data_dir, part=part)
 
 
 def copy_hash(redis_url: str, key: str) -> dict[bytes, bytes]:
@@ -248,6 +244,15 @@ def _stop_on_term(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds the ExitStack: every child is stopped
 
 
+def hidden_lengths_table(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog) -> Path | None:
+    """For a workload that hides lengths: write every prompt's true length where the
+    simulators will read it (``OUT/length_table.jsonl``); None for one that sends them."""
+    if workload.lengths is not Lengths.HIDDEN:
+        return None
+    lengths = RequestFactory(workload, catalog, cfg.seed).true_lengths()
+    return write_length_table((cfg.out / FILE_NAME).resolve(), lengths)
+
+
 def run(args: argparse.Namespace) -> int:
     # Ctrl-C and SIGTERM stop the children too, even when started where SIGINT is ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -257,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
     catalog = PromptCatalog(cfg.data_dir)
     thresholds = (Settings.model_fields["short_max_tokens"].default,
                   Settings.model_fields["medium_max_tokens"].default)
+    table = hidden_lengths_table(cfg, workload, catalog)
+    cfg = replace(cfg, sim=replace(cfg.sim, length_table=table))
     logs = cfg.out / "logs"
     runs: list[dict[str, Any]] = []
     kept: dict[tuple[str, float], list[RequestRecord]] = {}
@@ -274,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
             except StackError as exc:
                 raise CompareError(str(exc)) from None
         direct = tuple(s.url for s in sims)
-        base = load_config(cfg, workload, direct, 1.0, None)
+        base = load_config(cfg, workload, direct, 1.0, None)  # the measured part
         rows = trace_rows(base) if workload.trace else None
         capacity = measure_capacity(cfg, base, catalog, direct)
         trained = _train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
@@ -290,7 +297,9 @@ def run(args: argparse.Namespace) -> int:
                 write_records(cfg.out / "runs" / f"{mode}-{load}.jsonl", records)
     report = {
         "schema": "triage.compare/1",
-        "config": {"workload": workload.name, "loads": list(cfg.loads), "modes": list(cfg.modes),
+        "config": {"workload": workload.name, "workload_description": workload.description,
+                   "lengths": workload.lengths.value, "length_table": str(table) if table else None,
+                   "class_basis": "true output length", "loads": list(cfg.loads), "modes": list(cfg.modes),
                    "predictor_training_s": cfg.train_s, "gateway_settings": cfg.gateway_settings,
                    "profile": cfg.sim.profile, "max_num_seqs": cfg.sim.max_num_seqs, "backends": cfg.backends,
                    "sim_time_scale": cfg.sim.time_scale, "duration_s": cfg.duration_s, "drain_s": cfg.drain_s,
@@ -298,13 +307,13 @@ def run(args: argparse.Namespace) -> int:
         "capacity": capacity,
         "data_origin": catalog.origin,
         "runs": runs,
-        "ratios": ratios(runs, *_short_long(workload)),
+        "ratios": ratios(runs),
     }
     write_json(cfg.json_path, report)
     write_markdown(cfg.out / "compare.md", report)
-    short, long = _short_long(workload)
-    write_plot(cfg.out / "compare.png", report, short, long)
-    write_cdf_plot(cfg.out / "compare_cdf.png", kept, short)
+    write_plot(cfg.out / "compare.png", report)
+    short = {key: [r for r in records if true_class(r, thresholds) == "short"] for key, records in kept.items()}
+    write_cdf_plot(cfg.out / "compare_cdf.png", short, f"short (true length <= {thresholds[0]})")
     trajectories = {f"{r['mode']} @ {r['load']}": r.get("limit_trajectory", []) for r in runs
                     if "_high" in r["mode"]}
     write_limit_plot(cfg.out / "limit.png", trajectories, f"concurrency limit, {workload.name}")
@@ -314,16 +323,12 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["overall"]["count"] for r in runs) else 1
 
 
-def _short_long(workload: Workload) -> tuple[str, str]:
-    names = [c.name for c in workload.classes]
-    return ("short" if "short" in names else names[0]), ("long" if "long" in names else names[-1])
-
-
 def _train_predictor(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, direct: tuple[str, ...],
                      redis_url: str, rate: float, logs: Path) -> dict[bytes, bytes]:
     """A gateway in service has learned from the traffic it saw. Teach one on other
-    prompts of the same workload (seed + 1, never the measured ones) and return its
-    predictor state, which every measured gateway then starts from (a copy each)."""
+    prompts of the same workload (its training part, seed + 1: never a measured
+    prompt) and return its predictor state, which every measured gateway then starts
+    from (a copy each)."""
     if cfg.train_s <= 0:
         return {}
     prefix = f"cmptrain{uuid.uuid4().hex[:8]}"
@@ -333,7 +338,8 @@ def _train_predictor(cfg: CompareConfig, workload: Workload, catalog: PromptCata
     try:
         url = child.start("/ready")
         train = replace(cfg, seed=cfg.seed + 1, duration_s=cfg.train_s, warmup_s=0.0)
-        records = run_async(_run(load_config(train, workload, (url,), rate, None), catalog, "training", cfg.quiet))
+        records = run_async(_run(load_config(train, workload, (url,), rate, None, Part.TRAIN), catalog,
+                                 "training", cfg.quiet))
     except StackError as exc:
         raise CompareError(str(exc)) from None
     finally:
@@ -349,16 +355,11 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
     child = None
     urls = direct
     if mode != "direct":
-        policy, extra, backend = GATEWAY_MODES[mode]
-        limit = cfg.sim.max_num_seqs * backend.get("limit_factor", 1)
         prefix = f"cmp{uuid.uuid4().hex[:8]}"
         if trained:
             paste_hash(redis_url, predictor_key("default", prefix), trained)
-        conf = gateway_config(redis_url, prefix, policy, list(direct), cfg.sim.model,
-                              limit, free_port(), {**cfg.gateway_settings, **extra})
-        if "adaptive" in backend:
-            for b in conf["backends"]:
-                b["adaptive"] = backend["adaptive"]
+        conf = mode_gateway_config(mode, redis_url, prefix, list(direct), cfg.sim.model, cfg.sim.max_num_seqs,
+                                   free_port(), cfg.gateway_settings)
         child = gateway(conf, f"gateway-{mode}-{load}", logs)
         try:
             urls = (child.start("/ready"),)
@@ -366,7 +367,7 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
             raise CompareError(str(exc)) from None
     sampler = LimitSampler(urls[0]) if child is not None else None
     try:
-        lc = load_config(cfg, workload, urls, rate, rows)
+        lc = load_config(cfg, workload, urls, rate, rows, Part.MEASURE, uses_oracle(mode))
         with sampler or nullcontext():
             records = run_async(_run(lc, catalog, f"{mode} @ {load:.2f}", cfg.quiet))
     finally:
@@ -374,7 +375,7 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
             child.stop()
     slos = {c.name: c.slo for c in workload.classes}
     summary = summarize(records, slos, lc.warmup, [c.name for c in workload.classes])
-    row = run_row(mode, load, rate, workload.name, summary, records, lc.warmup, thresholds)
+    row = run_row(mode, load, rate, workload.name, summary, records, lc.warmup, thresholds, slos)
     row["sent"] = len(records)
     if sampler is not None:
         row["limit_trajectory"] = sampler.samples

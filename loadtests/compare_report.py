@@ -1,12 +1,21 @@
 """What ``compare`` reports: one row per (mode, load), ratios against FIFO and the oracle.
 
+Classes are by **true** output length: ``short`` <= the gateway's ``short_max_tokens``
+(256), ``medium``, ``long`` > ``medium_max_tokens`` (1,024). A class's figures so
+never depend on what the gateway predicted, nor on how a workload names its classes;
+all three are always present (``count`` 0 when the run had none). The workload's own
+classes are kept apart, in ``workload_classes``. Goodput judges each request by the
+SLO of its workload class.
+
 Row shape (``runs[]`` of the JSON, documented in ``docs/loadtests.md``)::
 
     {"mode", "load", "rate_rps", "workload",
-     "classes": {name: {"ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "e2e_p99_s", "tpot_p50_s",
-                        "goodput_rps", "count", "failed", "cancelled", "queue_p50_ms", "queue_p99_ms"}},
+     "classes": {"short" | "medium" | "long": Figures},
+     "workload_classes": {workload class name: Figures},
      "overall": {"rps", "output_tps", "total_tps", "goodput_rps", "count", "failed", "cancelled"},
      "class_accuracy", "kendall_tau", "errors"}
+    Figures = {"ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "e2e_p99_s", "tpot_p50_s", "goodput_rps",
+               "count", "failed", "cancelled", "queue_p50_ms", "queue_p99_ms"}
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadtests.client import RequestRecord
-from loadtests.metrics import Summary, Warmup, percentile
+from loadtests.metrics import GroupSummary, Summary, Warmup, percentile, summarize_group
+from loadtests.workload import Slo
 from scheduler.predictor.ranking import kendall_tau_b
 
 CLASS_RANK = {"short": 0, "medium": 1, "long": 2}
@@ -23,6 +33,20 @@ CLASS_RANK = {"short": 0, "medium": 1, "long": 2}
 
 def gateway_class(tokens: int, short_max: int, medium_max: int) -> str:
     return "short" if tokens <= short_max else "medium" if tokens <= medium_max else "long"
+
+
+def true_class(record: RequestRecord, thresholds: tuple[int, int]) -> str:
+    """The class of a request's true output length (what it was planned with)."""
+    return gateway_class(record.planned_tokens, *thresholds)
+
+
+def by_true_length(records: Sequence[RequestRecord], thresholds: tuple[int, int]
+                   ) -> dict[str, list[RequestRecord]]:
+    """``short``, ``medium`` and ``long`` (all three, in that order) -> their requests."""
+    out: dict[str, list[RequestRecord]] = {name: [] for name in CLASS_RANK}
+    for r in records:
+        out[true_class(r, thresholds)].append(r)
+    return out
 
 
 def classification(records: Sequence[RequestRecord], short_max: int, medium_max: int
@@ -45,24 +69,30 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
 
+def figures(g: GroupSummary, records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """One class's figures in a row, from its summary and its measured requests."""
+    return {
+        "ttft_p50_s": _r(g.ttft_s.p50), "ttft_p99_s": _r(g.ttft_s.p99),
+        "e2e_mean_s": _r(g.e2e_s.mean), "e2e_p99_s": _r(g.e2e_s.p99), "tpot_p50_s": _r(g.tpot_s.p50, 5),
+        "goodput_rps": _r(g.goodput_rps), "count": g.count, "failed": g.failed, "cancelled": g.cancelled,
+        "queue_p50_ms": _r(_queue(records, 50), 1), "queue_p99_ms": _r(_queue(records, 99), 1),
+    }
+
+
 def run_row(mode: str, load: float, rate: float, workload: str, summary: Summary,
-            records: Sequence[RequestRecord], warmup: Warmup, thresholds: tuple[int, int]) -> dict[str, Any]:
+            records: Sequence[RequestRecord], warmup: Warmup, thresholds: tuple[int, int],
+            slos: dict[str, Slo] | None = None) -> dict[str, Any]:
     measured = warmup.measured(records)
-    classes = {}
-    for name, g in summary.classes.items():
-        mine = [r for r in measured if r.cls == name]
-        classes[name] = {
-            "ttft_p50_s": _r(g.ttft_s.p50), "ttft_p99_s": _r(g.ttft_s.p99),
-            "e2e_mean_s": _r(g.e2e_s.mean), "e2e_p99_s": _r(g.e2e_s.p99), "tpot_p50_s": _r(g.tpot_s.p50, 5),
-            "goodput_rps": _r(g.goodput_rps), "count": g.count, "failed": g.failed, "cancelled": g.cancelled,
-            "queue_p50_ms": _r(_queue(mine, 50), 1), "queue_p99_ms": _r(_queue(mine, 99), 1),
-        }
+    classes = {name: figures(summarize_group(group, summary.duration_s, slos or {}), group)
+               for name, group in by_true_length(measured, thresholds).items()}
+    own = {name: figures(g, [r for r in measured if r.cls == name]) for name, g in summary.classes.items()}
     o = summary.overall
     accuracy, tau = classification(measured, *thresholds) if mode != "direct" else (None, None)
     return {
         "mode": mode, "load": load, "rate_rps": round(rate, 4), "workload": workload,
         "duration_s": round(summary.duration_s, 3),
         "classes": classes,
+        "workload_classes": own,
         "overall": {"rps": _r(o.rps), "output_tps": _r(o.output_tps, 1), "total_tps": _r(o.total_tps, 1),
                     "goodput_rps": _r(o.goodput_rps), "count": o.count, "failed": o.failed,
                     "cancelled": o.cancelled},
@@ -109,19 +139,24 @@ TARGETS = (
      "overall", "output_tps", ">=", 0.95),
     ("short TTFT p99, oracle / oracle_reserved", "oracle", "oracle_reserved", "short", "ttft_p99_s", None, None),
     ("output TPS, oracle_reserved / fifo", "oracle_reserved", "fifo", "overall", "output_tps", ">=", 0.98),
+    ("short TTFT p99, short_first / short_first_preempt", "short_first", "short_first_preempt", "short",
+     "ttft_p99_s", None, None),
+    ("long E2E p99, short_first_preempt / short_first", "short_first_preempt", "short_first", "long",
+     "e2e_p99_s", None, None),
+    ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps", None, None),
+    ("short TTFT p99, oracle / oracle_preempt", "oracle", "oracle_preempt", "short", "ttft_p99_s", None, None),
     ("short TTFT p99, fifo / direct", "fifo", "direct", "short", "ttft_p99_s", None, None),
     ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps", None, None),
 )
 
 
-def ratios(runs: Sequence[dict[str, Any]], short: str, long: str) -> list[dict[str, Any]]:
+def ratios(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per (load, target): the measured ratio and whether it meets the target."""
     out = []
     for load in sorted({r["load"] for r in runs}):
         by_mode = {r["mode"]: r for r in runs if r["load"] == load}
         for name, num, den, cls, key, cmp, target in TARGETS:
-            c = {"short": short, "long": long}.get(cls, cls)
-            value = _ratio(_get(by_mode.get(num), c, key), _get(by_mode.get(den), c, key))
+            value = _ratio(_get(by_mode.get(num), cls, key), _get(by_mode.get(den), cls, key))
             met = None
             if value is not None and target is not None:
                 met = value >= target if cmp == ">=" else value <= target

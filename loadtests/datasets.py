@@ -4,6 +4,11 @@ The data folder holds prompt -> length JSONL files (``shared/data/README.md``). 
 source's files are missing, the small committed sample in ``loadtests/samples/`` is used
 instead (GSM8K and HumanEval rows, MIT-licensed; see ``samples/PROVENANCE.md``), and
 when that is missing too, synthetic prompts: the tool works from a bare checkout.
+
+AlpacaEval rows carry the reply lengths of several generators; ``generator`` picks one
+of them (``response_tokens_cl100k_by_model``) instead of the primary model's. Rows
+without that generator's length are left out, and so is the shipped sample, which has
+no such lengths: a generator's lengths are never made up.
 """
 
 from __future__ import annotations
@@ -49,27 +54,31 @@ def synthetic_text(tokens: int, rng: random.Random) -> str:
     return " ".join(words)[:target]
 
 
-def _row(obj: dict[str, object], source: str) -> PromptRow | None:
+def _row(obj: dict[str, object], source: str, generator: str | None = None) -> PromptRow | None:
     text = obj.get("prompt")
     if not isinstance(text, str) or not text.strip():
         return None
     ptok = obj.get("prompt_tokens_cl100k")
-    rtok = obj.get("response_tokens_cl100k")
-    if not isinstance(rtok, int):
-        rtok = obj.get("response_tokens_est")
+    if generator is not None:
+        by_model = obj.get("response_tokens_cl100k_by_model")
+        rtok = by_model.get(generator) if isinstance(by_model, dict) else None
+    else:
+        rtok = obj.get("response_tokens_cl100k")
+        if not isinstance(rtok, int):
+            rtok = obj.get("response_tokens_est")
     if not isinstance(rtok, int) or rtok < 1:
         return None
     origin = source or str(obj.get("source", "sample"))
     return PromptRow(text, ptok if isinstance(ptok, int) else max(1, len(text) // 4), rtok, origin)
 
 
-def read_rows(path: Path, source: str, max_prompt_tokens: int) -> list[PromptRow]:
+def read_rows(path: Path, source: str, max_prompt_tokens: int, generator: str | None = None) -> list[PromptRow]:
     rows = []
     with path.open("rb") as fh:
         for line in fh:
             if not line.strip():
                 continue
-            row = _row(orjson.loads(line), source)
+            row = _row(orjson.loads(line), source, generator)
             if row is not None and row.prompt_tokens <= max_prompt_tokens:
                 rows.append(row)
     return rows
@@ -82,23 +91,30 @@ class PromptCatalog:
         self.data_dir = data_dir
         self.max_prompt_tokens = max_prompt_tokens
         self.origin: dict[str, str] = {}
-        self._rows: dict[str, list[PromptRow]] = {}
+        self._rows: dict[tuple[str, str | None], list[PromptRow]] = {}
         self._sample: list[PromptRow] | None = None
 
-    def rows(self, source: str) -> list[PromptRow]:
-        """Rows of ``source``; empty for ``synthetic`` or when nothing at all is available."""
+    def rows(self, source: str, generator: str | None = None) -> list[PromptRow]:
+        """Rows of ``source`` (with ``generator``'s reply lengths, if given); empty for
+        ``synthetic`` or when nothing at all is available."""
         if source == "synthetic":
             self.origin[source] = "synthetic"
             return []
-        if source not in self._rows:
-            self._rows[source] = self._load(source)
-        return self._rows[source]
+        key = (source, generator)
+        if key not in self._rows:
+            self._rows[key] = self._load(source, generator)
+        return self._rows[key]
 
-    def _load(self, source: str) -> list[PromptRow]:
+    def _load(self, source: str, generator: str | None) -> list[PromptRow]:
+        name = source if generator is None else f"{source} ({generator})"
         files = [self.data_dir / f for f in SOURCE_FILES[source]] if self.data_dir else []
         if files and all(f.is_file() for f in files):
-            self.origin[source] = str(self.data_dir)
-            return [r for f in files for r in read_rows(f, source, self.max_prompt_tokens)]
+            rows = [r for f in files for r in read_rows(f, source, self.max_prompt_tokens, generator)]
+            self.origin[name] = str(self.data_dir) if rows else f"{self.data_dir}: no rows"
+            return rows
+        if generator is not None:
+            self.origin[name] = "none (no data folder; the shipped sample has no per-generator lengths)"
+            return []
         sample = self.sample()
         same = [r for r in sample if r.source.startswith(source)]
         if sample:

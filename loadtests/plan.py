@@ -16,7 +16,7 @@ from loadtests.arrivals import ArrivalSpec, Process, open_loop_times
 from loadtests.client import RequestRecord, Target
 from loadtests.datasets import PromptCatalog
 from loadtests.metrics import Warmup
-from loadtests.requests import PlannedRequest, RequestFactory
+from loadtests.requests import Part, PlannedRequest, RequestFactory
 from loadtests.runner import Limits, RunResult, run_closed_loop, run_open_loop
 from loadtests.traces import TraceError, TraceRow, load_trace, window
 from loadtests.workload import Workload
@@ -40,6 +40,7 @@ class LoadConfig:
     seed: int = 0
     data_dir: Path | None = None
     replay: TraceReplay = field(default_factory=TraceReplay)
+    part: Part = Part.ALL  # which prompts: a comparison teaches on one part and measures on the other
 
 
 def trace_rows(cfg: LoadConfig) -> list[TraceRow] | None:
@@ -64,7 +65,7 @@ def trace_rows(cfg: LoadConfig) -> list[TraceRow] | None:
 def request_stream(cfg: LoadConfig, catalog: PromptCatalog, rows: list[TraceRow] | None
                    ) -> Iterator[PlannedRequest]:
     """Every request of the run, in send order (unbounded unless a trace ends it)."""
-    factory = RequestFactory(cfg.workload, catalog, cfg.seed)
+    factory = RequestFactory(cfg.workload, catalog, cfg.seed, cfg.part)
     proc = cfg.arrivals.process
     if proc is Process.TRACE:
         assert rows is not None

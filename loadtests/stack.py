@@ -60,6 +60,7 @@ class SimSpec:
     model: str = "sim-model"
     max_num_seqs: int = 8
     time_scale: float = 1.0
+    length_table: Path | None = None  # true lengths of prompts sent without them (--length-table)
 
 
 def simulator(spec: SimSpec, index: int, logs: Path) -> Child:
@@ -67,6 +68,8 @@ def simulator(spec: SimSpec, index: int, logs: Path) -> Child:
     cmd = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
            "--profile", spec.profile, "--model", spec.model, "--max-num-seqs", str(spec.max_num_seqs),
            "--time-scale", str(spec.time_scale), "--seed", str(index)]
+    if spec.length_table is not None:
+        cmd += ["--length-table", str(spec.length_table)]
     return Child(f"simulator {index}", cmd, f"http://127.0.0.1:{port}", logs / f"simulator-{index}.log")
 
 

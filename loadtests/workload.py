@@ -6,6 +6,13 @@ output-length rule, or it replays a trace (``trace:``), whose rows carry their o
 input and output lengths; trace rows are put in the first class whose
 ``max_output_tokens`` bound holds. Every class may carry SLOs, which goodput uses.
 
+``lengths`` says whether the server is told each request's true output length:
+``max_tokens`` (sent as ``max_tokens`` with ``ignore_eos``: the client tells the
+length) or ``hidden`` (nothing but the prompt; the backend must stop at the true
+length by itself, as a simulator does from a length table). Hidden lengths must be
+real reply lengths tied to their prompts, so every class of such a workload takes
+them from a dataset.
+
 ``WorkloadError`` carries one line naming the offending key.
 """
 
@@ -29,13 +36,20 @@ class Api(enum.StrEnum):
     COMPLETIONS = "completions"
 
 
+class Lengths(enum.StrEnum):
+    """Whether the true output length goes out with the request."""
+
+    MAX_TOKENS = "max_tokens"  # max_tokens + ignore_eos: the client tells the length
+    HIDDEN = "hidden"  # prompts only: the backend stops at the true length by a means of its own
+
+
 PROMPT_SOURCES = ("sharegpt", "gsm8k", "alpaca", "humaneval", "synthetic")
 TRACE_FORMATS = ("azure", "mooncake")
 
 
 @dataclass(frozen=True, slots=True)
 class OutputRule:
-    """How many tokens a request asks for (sent as ``max_tokens`` with ``ignore_eos``)."""
+    """How long a request's reply is (sent as ``max_tokens`` with ``ignore_eos`` unless lengths are hidden)."""
 
     kind: str  # "dataset": the prompt's real reply length; "uniform" | "lognormal" | "fixed"
     min: int = 1  # dataset: rows outside [min, max] are not used; others: clamp
@@ -70,6 +84,7 @@ class RequestClass:
     max_output_tokens: int | None = None  # trace workloads: upper bound of this class
     tier: str | None = None  # sent as x-triage-priority
     slo: Slo = Slo()
+    generator: str | None = None  # alpaca: whose reply lengths (a key of response_tokens_cl100k_by_model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +109,7 @@ class Workload:
     trace: TraceSpec | None = None
     tenants: tuple[Tenant, ...] = ()
     rate: float | None = None  # default Poisson rate (req/s), if the command line gives none
+    lengths: Lengths = Lengths.MAX_TOKENS
 
     def cls(self, name: str) -> RequestClass:
         return next(c for c in self.classes if c.name == name)
@@ -147,7 +163,7 @@ def _slo(data: Any, where: str) -> Slo:
 
 def _class(data: Any, where: str) -> RequestClass:
     d = _take(data, where, {"name", "share", "prompts", "output", "synthetic_prompt_tokens",
-                            "max_output_tokens", "tier", "slo"})
+                            "max_output_tokens", "tier", "slo", "generator"})
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"{where}.name: required, a string")
@@ -165,6 +181,9 @@ def _class(data: Any, where: str) -> RequestClass:
     tier = d.get("tier")
     if tier is not None and not isinstance(tier, str):
         raise WorkloadError(f"{where}.tier: must be a string")
+    generator = d.get("generator")
+    if generator is not None and (not isinstance(generator, str) or prompts != ["alpaca"]):
+        raise WorkloadError(f"{where}.generator: a model name, and only with prompts: alpaca")
     return RequestClass(
         name=name,
         share=_num(d, "share", where, float, 1.0, 0),
@@ -174,12 +193,29 @@ def _class(data: Any, where: str) -> RequestClass:
         max_output_tokens=_num(d, "max_output_tokens", where, int, None, 1),
         tier=tier,
         slo=_slo(d.get("slo"), f"{where}.slo"),
+        generator=generator,
     )
+
+
+def _lengths(d: dict[str, Any], classes: tuple[RequestClass, ...]) -> Lengths:
+    try:
+        lengths = Lengths(d.get("lengths", "max_tokens"))
+    except ValueError:
+        raise WorkloadError("lengths: must be max_tokens or hidden") from None
+    if lengths is Lengths.HIDDEN:
+        if d.get("trace") is not None:
+            raise WorkloadError("lengths: hidden needs prompts with real reply lengths, not a trace")
+        for i, c in enumerate(classes):
+            if c.output.kind != "dataset" or "synthetic" in c.prompts:
+                raise WorkloadError(f"classes[{i}].output.from: lengths: hidden needs dataset prompts "
+                                    "and their real reply lengths")
+    return lengths
 
 
 def parse_workload(data: Any, default_name: str = "workload") -> Workload:
     """A ``Workload`` from the loaded YAML mapping. Raises ``WorkloadError``."""
-    d = _take(data, "workload", {"name", "description", "api", "classes", "trace", "tenants", "rate"})
+    d = _take(data, "workload", {"name", "description", "api", "classes", "trace", "tenants", "rate",
+                                 "lengths"})
     raw_classes = d.get("classes")
     if not isinstance(raw_classes, list) or not raw_classes:
         raise WorkloadError("classes: required, a non-empty list")
@@ -214,6 +250,7 @@ def parse_workload(data: Any, default_name: str = "workload") -> Workload:
         trace=trace,
         tenants=tuple(tenants),
         rate=_num(d, "rate", "workload", float, None, 0),
+        lengths=_lengths(d, classes),
     )
 
 

@@ -44,7 +44,7 @@ def row(mode: str, short_ttft_p99: float, short_e2e: float, long_e2e_p99: float,
 def test_ratios_against_targets() -> None:
     runs = [row("fifo", 10.0, 6.0, 20.0, 1000.0), row("short_first", 1.0, 1.5, 25.0, 990.0),
             row("oracle", 0.8, 1.4, 24.0, 1000.0)]
-    by_name = {x["ratio"]: x for x in ratios(runs, "short", "long")}
+    by_name = {x["ratio"]: x for x in ratios(runs)}
     assert by_name["short TTFT p99, fifo / short_first"]["value"] == 10.0
     assert by_name["short TTFT p99, fifo / short_first"]["met"] is True
     assert by_name["short E2E mean, fifo / short_first"]["value"] == 4.0
@@ -73,3 +73,28 @@ def test_gateway_settings_from_the_command_line() -> None:
     for bad in ("long_share_max", "=1", "policy=fifo", "x=[1"):
         with pytest.raises(UsageError):
             gateway_settings([bad])
+
+
+def test_classes_are_by_true_length_whatever_the_workload_calls_them() -> None:
+    from loadtests.compare_report import run_row
+    from loadtests.metrics import Warmup, summarize
+    from loadtests.workload import Slo
+
+    def done(i: int, cls: str, tokens: int, served: str) -> RequestRecord:
+        return RequestRecord(index=i, cls=cls, start_s=float(i), ok=True, planned_tokens=tokens, served_class=served,
+                             ttft_s=0.1 * (i + 1), e2e_s=1.0 + i, output_tokens=tokens)
+
+    # the workload's "chat" class holds short and medium replies; its "essay" class a short one
+    records = [done(0, "chat", 100, "long"), done(1, "chat", 600, "short"), done(2, "chat", 200, "short"),
+               done(3, "essay", 50, "long")]
+    slos = {"chat": Slo(ttft_s=0.25), "essay": Slo(ttft_s=1.0)}
+    summary = summarize(records, slos, Warmup(), ["chat", "essay"])
+    row = run_row("short_first", 0.9, 2.0, "w", summary, records, Warmup(), (256, 1024), slos)
+    assert list(row["classes"]) == ["short", "medium", "long"]
+    assert [row["classes"][c]["count"] for c in ("short", "medium", "long")] == [3, 1, 0]
+    assert row["classes"]["long"]["ttft_p99_s"] is None  # empty, and says so
+    assert row["classes"]["medium"]["e2e_mean_s"] == 2.0
+    # goodput by each request's own SLO: chat 0.1 s and essay 0.4 s meet theirs, chat 0.3 s does not
+    assert row["classes"]["short"]["goodput_rps"] == round(2 / summary.duration_s, 4)
+    assert {k: v["count"] for k, v in row["workload_classes"].items()} == {"chat": 3, "essay": 1}
+    assert row["class_accuracy"] == 0.25  # served "short" for the 200-token reply only

@@ -26,6 +26,8 @@ def test_compare_smoke(tmp_path: Path) -> None:
     assert len(sent) == 1  # the same seeded schedule in every mode
     for r in runs:
         assert set(r["overall"]) >= {"rps", "output_tps", "total_tps"}
+        assert list(r["classes"]) == ["short", "medium", "long"]  # by true length, for every workload
+        assert set(r["workload_classes"]) <= {"short", "long"}  # mixed's own split, kept apart
         total = 0
         for cls in r["classes"].values():
             assert set(cls) >= {"ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "e2e_p99_s", "goodput_rps",
@@ -36,3 +38,27 @@ def test_compare_smoke(tmp_path: Path) -> None:
     assert oracle["class_accuracy"] == 1.0  # it is handed the true length
     assert {x["ratio"] for x in report["ratios"]} >= {"short TTFT p99, fifo / short_first"}
     assert (out / "compare.md").is_file() and (out / "compare.png").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_compare_smoke_with_hidden_lengths(tmp_path: Path) -> None:
+    from loadtests.length_table import read_length_table
+
+    out = tmp_path / "cmp"
+    code = main(["compare", "--smoke", "--workload", "sharegpt-chat", "--modes", "direct,fifo,oracle",
+                 "--out", str(out), "--quiet"])
+    assert code == 0
+    report = json.loads((out / "compare.json").read_text())
+    assert report["config"]["lengths"] == "hidden"
+    assert read_length_table(Path(report["config"]["length_table"]))  # the simulators' table, kept with the run
+    for r in report["runs"]:
+        assert list(r["classes"]) == ["short", "medium", "long"]
+        assert set(r["workload_classes"]) <= {"sharegpt", "alpaca"}
+        records = [json.loads(line) for line in (out / "runs" / f"{r['mode']}-{r['load']}.jsonl").open()]
+        assert len(records) == r["sent"]
+        for rec in records:
+            assert rec["ok"]
+            assert rec["output_tokens"] == rec["planned_tokens"]  # the simulators stopped at the true length
+    oracle = next(r for r in report["runs"] if r["mode"] == "oracle")
+    assert oracle["class_accuracy"] == 1.0  # it alone is sent the true length

@@ -1,0 +1,56 @@
+"""The modes ``bench compare`` runs: straight to the backends, or through a gateway configured so.
+
+A gateway mode is the gateway's policy, the gateway settings it adds, and settings for
+every backend entry: ``limit_factor`` multiplies the engine's slots into the backend's
+``max_concurrency``; any other key (``adaptive``, ``resume``) is copied into each backend
+as it is. Nothing else differs between modes: every mode sees the same seeded trace.
+
+The ``*_preempt`` modes need gateway settings this branch's gateway may not have yet
+(``preempt``, and the per-backend ``resume`` that says how a preempted request is
+continued on the simulator, which resumes like vLLM): they are listed so that ``--modes``
+accepts them, and run where the gateway knows those settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtests.stack import gateway_config
+
+DEFAULT_MODES = ("direct", "fifo", "short_first", "oracle")
+TOO_HIGH = 16  # the *_high modes configure a limit this many times the engine's max_num_seqs
+# mode -> the gateway's policy, other settings, and backend settings it runs with
+GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "fifo": ("fifo", {}, {}),
+    "short_first": ("short_first", {}, {}),
+    "oracle": ("oracle", {}, {}),
+    "short_first_reserved": ("short_first", {"reserve_slots": True}, {}),
+    "oracle_reserved": ("oracle", {"reserve_slots": True}, {}),
+    # backpressure: a limit far above what the engine runs, held static or left to adapt
+    "static_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
+    "adaptive_high": ("short_first", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
+    # the same pair ordered by true lengths: what the limit alone buys, prediction aside
+    "static_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": False}),
+    "adaptive_high_oracle": ("oracle", {}, {"limit_factor": TOO_HIGH, "adaptive": True}),
+    # a long request running when short ones wait is preempted and resumed later
+    "short_first_preempt": ("short_first", {"preempt": True}, {"resume": "vllm"}),
+    "oracle_preempt": ("oracle", {"preempt": True}, {"resume": "vllm"}),
+}
+MODES = ("direct", *GATEWAY_MODES)
+
+
+def uses_oracle(mode: str) -> bool:
+    """Does this mode's gateway order by the true length (so the client must send it)?"""
+    return mode in GATEWAY_MODES and GATEWAY_MODES[mode][0] == "oracle"
+
+
+def mode_gateway_config(mode: str, redis_url: str, key_prefix: str, backends: list[str], model: str,
+                        max_num_seqs: int, port: int, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The configuration of the gateway of ``mode``; ``settings`` (``--gateway-set``) lose to the mode's own."""
+    policy, extra, backend = GATEWAY_MODES[mode]
+    limit = max_num_seqs * backend.get("limit_factor", 1)
+    conf = gateway_config(redis_url, key_prefix, policy, backends, model, limit, port, {**(settings or {}), **extra})
+    per_backend = {k: v for k, v in backend.items() if k != "limit_factor"}
+    for b in conf["backends"]:
+        b.update(per_backend)
+    return conf

@@ -1,0 +1,57 @@
+"""The comparison's modes: the command line accepts each, and each gateway gets its settings."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from loadtests.compare import add_arguments, compare_config
+from loadtests.modes import GATEWAY_MODES, MODES, mode_gateway_config, uses_oracle
+from loadtests.options import UsageError
+
+
+def parse(*flags: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", default="mixed")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
+    add_arguments(p)
+    return p.parse_args(list(flags))
+
+
+def test_the_preempt_modes_are_accepted() -> None:
+    cfg = compare_config(parse("--modes", "direct,short_first_preempt,oracle_preempt"))
+    assert cfg.modes == ("direct", "short_first_preempt", "oracle_preempt")
+    assert {"short_first_preempt", "oracle_preempt"} <= set(MODES)
+    with pytest.raises(UsageError, match="--modes"):
+        compare_config(parse("--modes", "fifo,preempt"))
+
+
+def conf(mode: str) -> dict:
+    return mode_gateway_config(mode, "redis://127.0.0.1:1/0", "p", ["http://127.0.0.1:2", "http://127.0.0.1:3"],
+                               "sim-model", 8, 4000, {"long_share_max": 0.5, "preempt": False})
+
+
+@pytest.mark.parametrize(("mode", "policy"), [("short_first_preempt", "short_first"), ("oracle_preempt", "oracle")])
+def test_preempt_modes_preempt_and_their_backends_resume_like_vllm(mode: str, policy: str) -> None:
+    c = conf(mode)
+    assert c["policy"] == policy and c["preempt"] is True  # the mode's own setting wins over --gateway-set
+    assert c["long_share_max"] == 0.5
+    assert [b["resume"] for b in c["backends"]] == ["vllm", "vllm"]
+    assert all(b["max_concurrency"] == 8 for b in c["backends"])
+
+
+def test_other_modes_get_no_resume_setting() -> None:
+    for mode in GATEWAY_MODES:
+        if not mode.endswith("_preempt"):
+            assert all("resume" not in b for b in conf(mode)["backends"]), mode
+    high = conf("adaptive_high")
+    assert [(b["max_concurrency"], b["adaptive"]) for b in high["backends"]] == [(128, True), (128, True)]
+
+
+def test_only_oracle_modes_are_sent_the_true_length() -> None:
+    assert [m for m in MODES if uses_oracle(m)] == [
+        "oracle", "oracle_reserved", "static_high_oracle", "adaptive_high_oracle", "oracle_preempt"]
+    assert conf("oracle")["allow_oracle"] is True and conf("short_first")["allow_oracle"] is False

@@ -5,10 +5,8 @@ every backend entry: ``limit_factor`` multiplies the engine's slots into the bac
 ``max_concurrency``; any other key (``adaptive``, ``resume``) is copied into each backend
 as it is. Nothing else differs between modes: every mode sees the same seeded trace.
 
-The ``*_preempt`` modes need gateway settings this branch's gateway may not have yet
-(``preempt``, and the per-backend ``resume`` that says how a preempted request is
-continued on the simulator, which resumes like vLLM): they are listed so that ``--modes``
-accepts them, and run where the gateway knows those settings.
+The ``*_preempt`` modes turn on pause and resume (``preempt``) and tell the gateway that
+the simulators continue a paused generation as vLLM does (``resume: vllm``).
 """
 
 from __future__ import annotations

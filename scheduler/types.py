@@ -151,6 +151,7 @@ class Lease:
     score: float = 0.0  # its ticket's queue score: only a more urgent ticket may pause it
     pauses: int = 0  # how often its request was paused before
     tier: str = ""
+    arrival: float = 0.0  # its request's arrival on Redis's clock (the starvation bound counts from it)
 
 
 class MessageKind(enum.StrEnum):

@@ -16,12 +16,15 @@ The rule, for a ticket that found no free slot on any backend serving its model:
 - only leases whose owner reported them preemptible (streamed, ``n`` = 1, no tool call
   so far) and that have produced more than ``quantum_tokens`` output tokens, paused
   fewer than ``max_pauses`` times;
-- only a lease it is more urgent than in queue order (a lower score): since scores are
-  ``arrival + min(max_slack, slack) + tier offset``, no lease is paused for a request
-  that arrived more than ``max_slack`` after it (the starvation bound still holds, from
-  the original arrival), and a worse tier never pauses a better one;
-- and only if it is short, or of another tier than the lease (then, by the score, a
-  more urgent one);
+- only a lease it may overtake. Of another tier: only if it is more urgent in queue
+  order (a lower score; tier offsets are in the scores), so a worse tier never pauses a
+  better one. Of its own tier: only if it arrived at most ``max_slack`` after the lease's
+  request (the starvation bound, counted from that request's original arrival), and it
+  is short — or the lease has already produced more than its own whole predicted reply
+  plus the quantum (least attained service: a mispredicted request still gets ahead of
+  work that has run longer than it will);
+- never for a continuation (a paused request queued again): it waits for a free slot,
+  and its original arrival puts it first in line;
 - of those, the one that has run longest: least attained service goes first, as in
   multi-level feedback queues, so a misprediction costs a bounded amount.
 """
@@ -42,6 +45,7 @@ class Running:
     pauses: int  # times its request was paused before
     score: float  # its ticket's queue score
     tier: str
+    arrival: float = 0.0  # its request's original arrival
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +55,25 @@ class Urgent:
     cls: str
     tier: str
     score: float
+    arrival: float = 0.0
+    predicted: int = 0  # its predicted output tokens
+    pauses: int = 0  # >0: a paused request's continuation
+
+
+def may_overtake(urgent: Urgent, r: Running, quantum_tokens: int, max_slack_s: float) -> bool:
+    """May ``urgent`` take the slot of running lease ``r``?"""
+    if urgent.pauses > 0:
+        return False
+    if r.tier != urgent.tier:
+        return urgent.score < r.score
+    if urgent.arrival > r.arrival + max_slack_s:
+        return False
+    return urgent.cls == "short" or urgent.predicted + quantum_tokens < r.attained
 
 
 def pick_victim(
-    urgent: Urgent, running: Iterable[Running], eligible: set[str], quantum_tokens: int, max_pauses: int
+    urgent: Urgent, running: Iterable[Running], eligible: set[str], quantum_tokens: int, max_pauses: int,
+    max_slack_s: float = 30.0,
 ) -> Running | None:
     """Which running lease should give its slot to ``urgent``? None: none may.
 
@@ -65,7 +84,7 @@ def pick_victim(
     for r in running:
         if r.attained <= quantum_tokens or r.pauses >= max_pauses or r.backend not in eligible:
             continue
-        if r.score <= urgent.score or not (urgent.cls == "short" or r.tier != urgent.tier):
+        if not may_overtake(urgent, r, quantum_tokens, max_slack_s):
             continue
         if best is None or r.attained > best.attained:
             best = r

@@ -13,7 +13,7 @@ queued ticket           owner | model | tenant | class | predicted | deadline | 
 (``P:tickets``)         tier | avoid | restricted | pauses   (deadline 0: none; times:
                         Redis's clock, seconds; restricted 0/1)
 lease (``P:lease``)     backend | owner | predicted | restricted | borrowed | class | score |
-                        pauses | tier                     (0/1 flags; score: the ticket's)
+                        pauses | tier | arrival           (0/1 flags; score, arrival: the ticket's)
 grant message           G | ticket | backend | borrowed
 eviction message        E | ticket | reason               (reason: deadline, shed)
 lost message            L | ticket | lost                 (waited for, but no longer queued)
@@ -73,14 +73,15 @@ def _num(value: float) -> str:
 def pack_lease(lease: Lease) -> str:
     return SEP.join((
         lease.backend, lease.owner, str(lease.predicted), _flag(lease.restricted), _flag(lease.borrowed),
-        lease.cls, _num(lease.score), str(lease.pauses), lease.tier,
+        lease.cls, _num(lease.score), str(lease.pauses), lease.tier, _num(lease.arrival),
     ))
 
 
 def parse_lease(raw: bytes | str) -> Lease:
-    f = _text(raw).split(SEP) + [""] * 4
+    f = _text(raw).split(SEP) + [""] * 5
     return Lease(
-        f[0], f[1], int(float(f[2] or 0)), f[3] == "1", f[4] == "1", f[5], float(f[6] or 0), int(f[7] or 0), f[8]
+        f[0], f[1], int(float(f[2] or 0)), f[3] == "1", f[4] == "1", f[5], float(f[6] or 0), int(f[7] or 0), f[8],
+        float(f[9] or 0),
     )
 
 

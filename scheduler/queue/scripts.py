@@ -61,7 +61,7 @@ class Scripts:
         t = self._timing
         return [
             me, t.lease_ttl_s, t.owner_ttl_s, t.max_scan, 1 if t.preempt else 0, t.quantum_tokens, t.max_pauses,
-            t.preempt_after_s,
+            t.preempt_after_s, t.max_slack_s,
         ]
 
     async def enqueue(

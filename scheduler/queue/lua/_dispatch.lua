@@ -7,7 +7,7 @@
 -- names; a test holds the two equal). Formats (records.py has the table; a test holds
 -- the two equal):
 --   ticket in K.tickets: owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted|pauses
---   lease in K.lease:    backend|owner|predicted|restricted|borrowed|class|score|pauses|tier; its id
+--   lease in K.lease:    backend|owner|predicted|restricted|borrowed|class|score|pauses|tier|arrival; its id
 --                        is also in K.owned(owner), so a replica can find grants it was never told of
 --   grant message:       G|<ticket>|<backend>|<borrowed 0/1>
 --   eviction message:    E|<ticket>|<reason>
@@ -34,9 +34,9 @@ end
 local function dispatch_args()
   return {me = ARGV[1], lease_ttl = tonumber(ARGV[2]), owner_ttl = tonumber(ARGV[3]),
           max_scan = tonumber(ARGV[4]), preempt = ARGV[5] == '1', quantum = tonumber(ARGV[6]),
-          max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8])}
+          max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8]), max_slack = tonumber(ARGV[9])}
 end
-local FIRST_ARG = 9  -- where each script's own arguments begin
+local FIRST_ARG = 10  -- where each script's own arguments begin
 -- Times in records are written with 14 digits: 0.1 ms on Redis's clock; this much slack
 -- keeps a time read back from a record from looking later than the moment it was written.
 local CLOCK_SLACK = 0.001
@@ -77,14 +77,15 @@ end
 
 local function pack_lease(l)
   return table.concat({l.backend, l.owner, l.predicted, flag(l.restricted), flag(l.borrowed),
-                       l.class, l.score, l.pauses, l.tier}, '|')
+                       l.class, l.score, l.pauses, l.tier, l.arrival}, '|')
 end
 
 local function parse_lease(record)
   local f = fields(record)
   return {backend = f[1], owner = f[2], predicted = tonumber(f[3]) or 0,
           restricted = f[4] == '1', borrowed = f[5] == '1', class = f[6] or '',
-          score = tonumber(f[7]) or 0, pauses = tonumber(f[8]) or 0, tier = f[9] or ''}
+          score = tonumber(f[7]) or 0, pauses = tonumber(f[8]) or 0, tier = f[9] or '',
+          arrival = tonumber(f[10]) or 0}
 end
 
 local function grant_message(lid, l)
@@ -261,9 +262,22 @@ end
 -- found none free? Among the leases on backends that serve its model and can resume,
 -- whose owner reported them preemptible (K.progress: attained output tokens), the one
 -- that has run longest past the quantum, paused fewer than max_pauses times, and that
--- `t` may overtake: `t` is more urgent in queue order (so the starvation bound holds:
--- no lease is paused for a ticket that arrived more than max_slack after it), and `t`
--- is short or of another (thus more urgent) tier. policy/preemption.py is its twin.
+-- `t` may overtake. policy/preemption.py is its twin and says the rule in full.
+local function may_overtake(t, tscore, l, attained, D)
+  if t.pauses > 0 then
+    return false  -- a continuation waits for a free slot (it is first in line by its age)
+  end
+  if l.tier ~= t.tier then
+    return tscore < l.score  -- another tier: only a more urgent one (offsets are in the scores)
+  end
+  if t.arrival > l.arrival + D.max_slack + CLOCK_SLACK then
+    return false  -- the starvation bound, counted from the lease's original arrival
+  end
+  -- short work pauses what ran past the quantum; other work only what already ran
+  -- longer than its own whole predicted reply (least attained service first)
+  return t.class == 'short' or t.predicted + D.quantum < attained
+end
+
 local function pick_victim(K, t, tscore, D)
   local eligible = {}
   for _, name in ipairs(redis.call('SMEMBERS', K.serves(t.model))) do
@@ -280,8 +294,7 @@ local function pick_victim(K, t, tscore, D)
       local record = redis.call('HGET', K.lease, lid)
       if record then
         local l = parse_lease(record)
-        if eligible[l.backend] and l.pauses < D.max_pauses and l.score > tscore
-            and (t.class == 'short' or l.tier ~= t.tier) then
+        if eligible[l.backend] and l.pauses < D.max_pauses and may_overtake(t, tscore, l, attained, D) then
           best, best_attained, best_lease = lid, attained, l
         end
       end
@@ -292,7 +305,8 @@ end
 
 local function grant(K, D, mine, tid, t, score, backend, borrowed, now)
   local lease = {backend = backend, owner = t.owner, predicted = t.predicted, restricted = t.restricted,
-                 borrowed = borrowed, class = t.class, score = score, pauses = t.pauses, tier = t.tier}
+                 borrowed = borrowed, class = t.class, score = score, pauses = t.pauses, tier = t.tier,
+                 arrival = t.arrival}
   add_lease(K, tid, lease, now + D.lease_ttl)
   redis.call('HINCRBY', K.stats, 'granted', 1)
   notify(K, D.me, mine, t.owner, grant_message(tid, lease))

@@ -18,13 +18,14 @@ from scheduler.queue.records import pack_lease
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Lease, MessageKind, Ticket
 
-QUANTUM, MAX_PAUSES = 64, 2
-SHORT = Urgent("short", "interactive", 100.0)
+QUANTUM, MAX_PAUSES, SLACK = 64, 2, 30.0
+SHORT = Urgent("short", "interactive", 100.0, arrival=100.0, predicted=20)
+MEDIUM = Urgent("medium", "interactive", 108.0, arrival=100.0, predicted=400)
 
 
 def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, backend: str = "a",
-      tier: str = "interactive") -> Running:
-    return Running(lease, backend, attained, pauses, score, tier)
+      tier: str = "interactive", arrival: float = 90.0) -> Running:
+    return Running(lease, backend, attained, pauses, score, tier, arrival)
 
 
 @pytest.mark.parametrize(
@@ -33,16 +34,20 @@ def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, ba
         ("the one that ran longest", SHORT, [r("x", 300), r("y", 900), r("z", 600)], "y"),
         ("not within its quantum", SHORT, [r("x", QUANTUM)], None),
         ("not paused too often", SHORT, [r("x", 900, pauses=MAX_PAUSES), r("y", 100)], "y"),
-        ("not a more urgent one (the starvation bound)", SHORT, [r("x", 900, score=99.0)], None),
-        ("not an equally urgent one", SHORT, [r("x", 900, score=100.0)], None),
+        ("the starvation bound: not one that arrived over max_slack before", SHORT, [r("x", 900, arrival=69.0)], None),
+        ("...at max_slack it still may", SHORT, [r("x", 900, arrival=70.0)], "x"),
+        ("a mispredicted short lease, past its quantum, is paused too", SHORT, [r("x", 90, score=95.0)], "x"),
         ("not on a backend that cannot take it", SHORT, [r("x", 900, backend="b")], None),
-        ("medium work may not pause its own tier", Urgent("medium", "interactive", 100.0), [r("x", 900)], None),
-        ("...but may pause a worse tier", Urgent("medium", "interactive", 100.0), [r("x", 900, tier="batch")], "x"),
+        ("medium work pauses only what ran past its whole reply", MEDIUM, [r("x", 450), r("y", 465)], "y"),
+        ("...and nothing shorter", MEDIUM, [r("x", 464)], None),
+        ("another tier: only a worse one", SHORT, [r("x", 900, tier="batch", score=160.0)], "x"),
+        ("...never a better one", Urgent("short", "batch", 160.0, arrival=100.0), [r("x", 900, score=100.0)], None),
+        ("a continuation never pauses", Urgent("short", "interactive", 100.0, arrival=100.0, pauses=1), [r("x")], None),
         ("nothing running", SHORT, [], None),
     ],
 )
 def test_pick_victim(case: str, urgent: Urgent, running: list[Running], expected: str | None) -> None:
-    victim = pick_victim(urgent, running, {"a"}, QUANTUM, MAX_PAUSES)
+    victim = pick_victim(urgent, running, {"a"}, QUANTUM, MAX_PAUSES, SLACK)
     assert (victim.lease if victim else None) == expected, case
 
 
@@ -59,7 +64,7 @@ async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
 lease_st = st.fixed_dictionaries({
     "backend": st.sampled_from(["a", "b", "c"]), "attained": st.sampled_from([-1, 0, 64, 65, 300, 2000]),
     "pauses": st.integers(0, 3), "score_gap": st.sampled_from([-5.0, 0.0, 0.5, 40.0]),
-    "tier": st.sampled_from(["interactive", "batch"]),
+    "tier": st.sampled_from(["interactive", "batch"]), "age": st.sampled_from([0.0, 1.0, 29.0, 31.0, 100.0]),
 })
 
 
@@ -67,12 +72,14 @@ lease_st = st.fixed_dictionaries({
 @given(
     leases=st.lists(lease_st, max_size=6), cls=st.sampled_from(["short", "medium", "long"]),
     resume=st.sets(st.sampled_from(["a", "b", "c"])), serves=st.sets(st.sampled_from(["a", "b", "c"]), min_size=1),
+    predicted=st.sampled_from([10, 200, 1500]),
 )
 async def test_the_twin_pauses_as_the_script_does(
-    redis: Redis, leases: list[dict], cls: str, resume: set[str], serves: set[str],
+    redis: Redis, leases: list[dict], cls: str, resume: set[str], serves: set[str], predicted: int,
 ) -> None:
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
-    scripts = Scripts(redis, Timing(30.0, 30.0, 64, preempt=True, quantum_tokens=QUANTUM, max_pauses=MAX_PAUSES))
+    scripts = Scripts(redis, Timing(30.0, 30.0, 64, max_slack_s=SLACK, preempt=True, quantum_tokens=QUANTUM,
+                                    max_pauses=MAX_PAUSES))
     for name in ("a", "b", "c"):  # every slot of every backend held by the leases below
         held = sum(1 for le in leases if le["backend"] == name)
         models = ("m",) if name in serves else ("other",)
@@ -83,12 +90,15 @@ async def test_the_twin_pauses_as_the_script_does(
     for i, le in enumerate(leases):
         lid = f"l{i}"
         score = now + 1.0 + le["score_gap"]  # the urgent ticket's score is now + 1.0 (its slack)
-        records[lid] = pack_lease(Lease(le["backend"], "me", 100, False, False, "long", score, le["pauses"], le["tier"]))
+        arrival = now - le["age"]
+        records[lid] = pack_lease(
+            Lease(le["backend"], "me", 100, False, False, "long", score, le["pauses"], le["tier"], arrival)
+        )
         if le["attained"] >= 0:
             progress[lid] = le["attained"]
-            running.append(Running(lid, le["backend"], le["attained"], le["pauses"], score, le["tier"]))
+            running.append(Running(lid, le["backend"], le["attained"], le["pauses"], score, le["tier"], arrival))
     await scripts.heartbeat(keys, "me", records, progress=progress)  # recreates every lease with its slot
-    urgent = Ticket("u", "m", "tenant", cls, 10, 0.0, "interactive", 1.0)
+    urgent = Ticket("u", "m", "tenant", cls, predicted, 0.0, "interactive", 1.0)
     result = await scripts.enqueue(keys, "me", urgent, 0, 0)
 
     seconds, micros = await redis.time()
@@ -96,9 +106,14 @@ async def test_the_twin_pauses_as_the_script_does(
     paused = [m for m in result.messages if m.kind is MessageKind.PAUSE]
     granted = [m for m in result.messages if m.kind is MessageKind.GRANT and m.ticket == "u"]
     # the twin, asked with the urgent ticket's real score (Redis's clock when it was queued)
-    lease_score = await redis.hget(keys.lease, "u")
-    score = float(lease_score.decode().split("|")[6]) if lease_score else ticket_score
-    twin = pick_victim(Urgent(cls, "interactive", score), running, serves & resume, QUANTUM, MAX_PAUSES)
+    lease = await redis.hget(keys.lease, "u")
+    if lease:
+        score, arrival = (float(x) for x in lease.decode().split("|")[6:10:3])
+    else:
+        queued = (await redis.hget(keys.tickets, "u")).decode().split("|")
+        score, arrival = ticket_score, float(queued[6])
+    twin = pick_victim(Urgent(cls, "interactive", score, arrival, predicted), running, serves & resume, QUANTUM,
+                       MAX_PAUSES, SLACK)
     if twin is None:
         assert paused == [] and granted == []
     else:

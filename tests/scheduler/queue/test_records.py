@@ -43,8 +43,8 @@ def ticket(tid: str, **kw: object) -> Ticket:
 
 @pytest.mark.parametrize(
     "lease",
-    [Lease("b1", ME, 120, False, False), Lease("gpu-a", ME, 0, True, True, "short", 1764580000.125, 1, "batch"),
-     Lease("x", ME, 4000, True, False, "long", 12.0, 2, "interactive")],
+    [Lease("b1", ME, 120, False, False), Lease("gpu-a", ME, 0, True, True, "short", 1764580000.125, 1, "batch", 1764579999.5),
+     Lease("x", ME, 4000, True, False, "long", 12.0, 2, "interactive", 3.25)],
 )
 def test_lease_round_trips(lease: Lease) -> None:
     assert parse_lease(pack_lease(lease)) == lease
@@ -77,9 +77,10 @@ async def test_a_grant_lua_made_parses_into_its_lease_and_message(redis: Redis, 
     assert result.messages == [Message(MessageKind.GRANT, "t1", "b1", False)]
     raw = await redis.hget(keys.lease, "t1")
     lease = parse_lease(raw)
-    assert lease == Lease("b1", ME, 77, False, False, "long", lease.score, 0, "batch")
+    assert lease == Lease("b1", ME, 77, False, False, "long", lease.score, 0, "batch", lease.arrival)
     seconds, _ = await redis.time()
-    assert seconds - 60 < lease.score - 1.0 <= seconds + 1  # its queue score: arrival + slack
+    assert seconds - 60 < lease.arrival <= seconds + 1  # its request's arrival, on Redis's clock
+    assert lease.score == pytest.approx(lease.arrival + 1.0, abs=1e-3)  # its queue score: arrival + slack
     assert pack_lease(lease) == raw.decode()
 
 

@@ -145,7 +145,8 @@ def create_app(
         )
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt), Upstream(client)),
+            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
+                            settings.quantum_tokens), Upstream(client)),
             telemetry,
         )
         app.state.gateway = gateway

@@ -15,63 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncGenerator
-from contextlib import aclosing, suppress
-from dataclasses import dataclass
-from typing import Any
+from contextlib import aclosing
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.auth import Principal
-from gateway.disconnect import ClientGone, DisconnectWatch
+from gateway.context import RequestContext, StillQueued, until_disconnect
+from gateway.disconnect import DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
 from gateway.resume import PAUSED, Transcript, continuation_body, resumable
 from gateway.schemas import Endpoint, InferenceRequest
-from gateway.telemetry.tracing import BackendCall, Reply, RequestTrace
+from gateway.telemetry.tracing import BackendCall, Reply
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
 from scheduler.errors import NoBackend, SchedulerError
 from scheduler.service import Admission, Scheduler
 from scheduler.types import CallResult, Grant, Outcome, PredictInput
-
-
-class StillQueued(Exception):
-    """The wait outlasted its patience; the work goes on."""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    request_id: str
-    principal: Principal
-    tier: str
-    hint: int | None  # x-triage-expected-tokens
-    oracle_tokens: int | None  # x-triage-oracle-tokens (oracle policy only)
-    timeout_s: float
-    trace: RequestTrace  # spans and metrics of this request
-
-
-async def until_disconnect(watch: DisconnectWatch, work: asyncio.Future[Any], patience_s: float | None = None) -> Any:
-    """Await ``work`` unless the client leaves first (cancel it, raise ClientGone) or
-    ``patience_s`` passes (leave it running, raise StillQueued)."""
-    if watch.gone:
-        work.cancel()
-        raise ClientGone()
-    await asyncio.wait({work, watch.task}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
-    if work.done():
-        return work.result()
-    if not watch.gone:
-        raise StillQueued()
-    work.cancel()
-    with suppress(asyncio.CancelledError):
-        await work
-    raise ClientGone()
-
-
-def new_request_id() -> str:
-    return f"req-{uuid.uuid4().hex}"
 
 
 def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
@@ -335,12 +296,16 @@ class Proxy:
         while True:
             assert exchange.grant is not None
             self.scheduler.watch(exchange.grant, transcript.progress, on_pause)
+            quantum = transcript.tokens + self.scheduler.quantum_tokens  # a candidate past this
             async with aclosing(exchange.relay(stats)) as blocks:
                 async for block in blocks:
                     if exchange.paused:
                         break  # what follows the pause (the close breaking the read) is not sent
                     if block := transcript.read(block):
                         yield block
+                    if quantum is not None and transcript.tokens > quantum and transcript.resumable:
+                        self.scheduler.passed_quantum(exchange.grant, transcript.tokens)
+                        quantum = None
             if not exchange.paused or stats.completed:
                 if transcript.part and stats.usage:
                     raw_prompt = stats.usage.get("prompt_tokens")

@@ -14,8 +14,9 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from gateway.context import RequestContext, new_request_id
+from gateway.disconnect import ClientGone
 from gateway.errors import GatewayError
-from gateway.proxy import ClientGone, RequestContext, new_request_id
 from gateway.relay import RelayResponse
 from gateway.schemas import Endpoint, parse, parse_int_header
 from gateway.state import Gateway

@@ -54,13 +54,14 @@ class Route:
 class Scheduler:
     def __init__(
         self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, open_tier: str,
-        preempt: bool = False,
+        preempt: bool = False, quantum_tokens: int = 64,
     ) -> None:
         self.dispatcher = dispatcher
         self.registry = registry
         self.classifier = classifier
         self._open_tier = open_tier  # the most urgent tier: never restricted by reservation
         self.preempt = preempt  # running generations may be paused for more urgent work
+        self.quantum_tokens = quantum_tokens  # output tokens before a generation may be paused
 
     async def admit(
         self, inp: PredictInput, tier: str, timeout_s: float, request_id: str, oracle_tokens: int | None = None,
@@ -128,6 +129,10 @@ class Scheduler:
     def watch(self, grant: Grant, progress: Callable[[], int | None], on_pause: Callable[[], None]) -> None:
         """Report a running generation's progress; ``on_pause`` runs if its slot is taken."""
         self.dispatcher.watch(grant, Watch(progress, on_pause))
+
+    def passed_quantum(self, grant: Grant, tokens: int) -> None:
+        """A watched generation just became a candidate for a pause: say so at once."""
+        self.dispatcher.report_progress(grant, tokens)
 
     def continuation(self, adm: Admission, request_id: str, age_s: float) -> Admission:
         """The ticket of a paused request's next part: the same place in the order, its

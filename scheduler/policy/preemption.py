@@ -23,8 +23,8 @@ The rule, for a ticket that found no free slot on any backend serving its model:
   is short — or the lease has already produced more than its own whole predicted reply
   plus the quantum (least attained service: a mispredicted request still gets ahead of
   work that has run longer than it will);
-- never for a continuation (a paused request queued again): it waits for a free slot,
-  and its original arrival puts it first in line;
+- never for a continuation (a paused request queued again: it waits for a free slot,
+  and its original arrival puts it first in line), nor for the long class;
 - of those, the one that has run longest: least attained service goes first, as in
   multi-level feedback queues, so a misprediction costs a bounded amount.
 """
@@ -62,7 +62,7 @@ class Urgent:
 
 def may_overtake(urgent: Urgent, r: Running, quantum_tokens: int, max_slack_s: float) -> bool:
     """May ``urgent`` take the slot of running lease ``r``?"""
-    if urgent.pauses > 0:
+    if urgent.pauses > 0 or urgent.cls == "long":
         return False
     if r.tier != urgent.tier:
         return urgent.score < r.score

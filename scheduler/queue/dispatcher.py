@@ -180,6 +180,20 @@ class Dispatcher:
         pause it for more urgent work; ``watch.on_pause`` runs if it does."""
         self._watched[grant.ticket] = watch
 
+    def report_progress(self, grant: Grant, tokens: int) -> None:
+        """Report a watched lease's progress now, not at the next heartbeat (it just became
+        a candidate: past its quantum). One field of one hash; a report that lands after
+        the release is dropped by the next dispatch that meets it."""
+
+        async def report() -> None:
+            try:
+                await self._redis.hset(self._keys[grant.pool].progress, grant.ticket, tokens)
+            except RedisError as exc:
+                log.warning("progress of %s: %s", grant.ticket, exc)
+
+        if grant.ticket in self._watched:
+            self._spawn(report())
+
     async def publish_backend(self, pool: str, backend: BackendRecord) -> None:
         """Register or update a backend in Redis; freed capacity is granted at once."""
         messages = await self._scripts.set_backend(self._keys[pool], self.owner, backend)

@@ -292,7 +292,9 @@ local function pick_victim(K, t, tscore, D)
     local lid, attained = progress[i], tonumber(progress[i + 1]) or 0
     if attained > D.quantum and (best == nil or attained > best_attained) then
       local record = redis.call('HGET', K.lease, lid)
-      if record then
+      if not record then
+        redis.call('HDEL', K.progress, lid)  -- reported after its release: forget it
+      else
         local l = parse_lease(record)
         if eligible[l.backend] and l.pauses < D.max_pauses and may_overtake(t, tscore, l, attained, D) then
           best, best_attained, best_lease = lid, attained, l
@@ -314,8 +316,8 @@ end
 
 -- Grant queued tickets in score order while capacity lasts. Grants for `me` are
 -- returned (the caller delivers them without a round trip); others are pushed. With
--- preemption on, the first urgent ticket that finds no free slot (after waiting
--- preempt_after seconds) may take a running lease's slot, once per call.
+-- preemption on, the first fresh ticket of the short or medium class that finds no free
+-- slot (after waiting preempt_after seconds) may take a running lease's slot, once per call.
 local function dispatch(K, D, now)
   sweep_leases(K, now)
   local mine = {}
@@ -363,7 +365,8 @@ local function dispatch(K, D, now)
         if backend then
           took_slot(states, backend, t)
           total = total - 1
-        elseif may_preempt and now - t.arrival >= D.preempt_after - CLOCK_SLACK then
+        elseif may_preempt and t.pauses == 0 and t.class ~= 'long'
+            and now - t.arrival >= D.preempt_after - CLOCK_SLACK then
           may_preempt = false  -- one try per call bounds the script's work
           local victim, vl = pick_victim(K, t, score, D)
           if victim then

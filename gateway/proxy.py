@@ -259,24 +259,29 @@ class Proxy:
             return
         finally:
             work.cancel()  # the client left while queued: the dispatcher withdraws the ticket
-        try:
-            response = await exchange.open()
-        except UpstreamError as exc:
-            exchange.finish(CallResult.failed())
-            error = upstream_failed(str(exc))
-            yield sse_error(error.message, error.type, error.code)
-            return
-        if response.status_code != 200:
-            try:
-                await exchange.read_refusal(response)
-            except GatewayError as error:
-                yield sse_error(error.message, error.type, error.code)
-                return
-            exchange.finish_response(response)
-            yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
+        if (end := await self._open_in_stream(exchange)) is not None:
+            yield end
             return
         async for block in self._relay(exchange, stats):
             yield block
+
+    async def _open_in_stream(self, exchange: Exchange, body: bytes | None = None) -> bytes | None:
+        """Call the backend for a stream whose 200 has gone out; None when it answers with
+        a stream, else the last event the client gets instead (the failure as an SSE error)."""
+        try:
+            response = await exchange.open(body)
+        except UpstreamError as exc:
+            exchange.finish(CallResult.failed())
+            error = upstream_failed(str(exc))
+            return sse_error(error.message, error.type, error.code)
+        if response.status_code == 200:
+            return None
+        try:
+            await exchange.read_refusal(response)
+        except GatewayError as error:
+            return sse_error(error.message, error.type, error.code)
+        exchange.finish_response(response)
+        return b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
 
     async def _relay(self, exchange: Exchange, stats: StreamStats) -> AsyncGenerator[bytes, None]:
         """Relay the stream; one that may be paused, every part of it as one response."""
@@ -340,19 +345,7 @@ class Proxy:
             exchange.restart(adm, grant)
             route = self.scheduler.route(adm, grant)
             exchange.ctx.trace.resumed(grant.backend, None)
-            try:
-                response = await exchange.open(continuation_body(exchange.req, transcript, route.priority))
-            except UpstreamError as exc:
-                exchange.finish(CallResult.failed())
-                error = upstream_failed(str(exc))
-                yield sse_error(error.message, error.type, error.code)
-                return
-            if response.status_code != 200:
-                try:
-                    await exchange.read_refusal(response)
-                except GatewayError as error:
-                    yield sse_error(error.message, error.type, error.code)
-                    return
-                exchange.finish_response(response)
-                yield b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
+            body = continuation_body(exchange.req, transcript, route.priority)
+            if (end := await self._open_in_stream(exchange, body)) is not None:
+                yield end
                 return

@@ -19,12 +19,12 @@ The rule, for a ticket that found no free slot on any backend serving its model:
 - only a lease it may overtake. Of another tier: only if it is more urgent in queue
   order (a lower score; tier offsets are in the scores), so a worse tier never pauses a
   better one. Of its own tier: only if it arrived at most ``max_slack`` after the lease's
-  request (the starvation bound, counted from that request's original arrival), and it
-  is short — or the lease has already produced more than its own whole predicted reply
-  plus the quantum (least attained service: a mispredicted request still gets ahead of
-  work that has run longer than it will);
-- never for a continuation (a paused request queued again: it waits for a free slot,
-  and its original arrival puts it first in line), nor for the long class;
+  request (the starvation bound, counted from that request's original arrival);
+- only for fresh work of the short or medium class: a fresh request has attained no
+  service, the lease more than a quantum (least attained service first, which needs no
+  prediction to be right: a reply predicted medium that turns out short is not left
+  behind); never for a continuation (a paused request queued again waits for a free
+  slot, and its original arrival puts it first in line), nor for the long class;
 - of those, the one that has run longest: least attained service goes first, as in
   multi-level feedback queues, so a misprediction costs a bounded amount.
 """
@@ -60,15 +60,13 @@ class Urgent:
     pauses: int = 0  # >0: a paused request's continuation
 
 
-def may_overtake(urgent: Urgent, r: Running, quantum_tokens: int, max_slack_s: float) -> bool:
+def may_overtake(urgent: Urgent, r: Running, max_slack_s: float) -> bool:
     """May ``urgent`` take the slot of running lease ``r``?"""
     if urgent.pauses > 0 or urgent.cls == "long":
         return False
     if r.tier != urgent.tier:
         return urgent.score < r.score
-    if urgent.arrival > r.arrival + max_slack_s:
-        return False
-    return urgent.cls == "short" or urgent.predicted + quantum_tokens < r.attained
+    return urgent.arrival <= r.arrival + max_slack_s
 
 
 def pick_victim(
@@ -84,7 +82,7 @@ def pick_victim(
     for r in running:
         if r.attained <= quantum_tokens or r.pauses >= max_pauses or r.backend not in eligible:
             continue
-        if not may_overtake(urgent, r, quantum_tokens, max_slack_s):
+        if not may_overtake(urgent, r, max_slack_s):
             continue
         if best is None or r.attained > best.attained:
             best = r

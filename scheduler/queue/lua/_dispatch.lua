@@ -270,12 +270,9 @@ local function may_overtake(t, tscore, l, attained, D)
   if l.tier ~= t.tier then
     return tscore < l.score  -- another tier: only a more urgent one (offsets are in the scores)
   end
-  if t.arrival > l.arrival + D.max_slack + CLOCK_SLACK then
-    return false  -- the starvation bound, counted from the lease's original arrival
-  end
-  -- short work pauses what ran past the quantum; other work only what already ran
-  -- longer than its own whole predicted reply (least attained service first)
-  return t.class == 'short' or t.predicted + D.quantum < attained
+  -- the starvation bound, counted from the lease's original arrival; within it, fresh
+  -- work goes before work that ran past its quantum (least attained service first)
+  return t.arrival <= l.arrival + D.max_slack + CLOCK_SLACK
 end
 
 local function pick_victim(K, t, tscore, D)

@@ -5,7 +5,6 @@ with the slot accounting checked after every pause."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -38,8 +37,8 @@ def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, ba
         ("...at max_slack it still may", SHORT, [r("x", 900, arrival=70.0)], "x"),
         ("a mispredicted short lease, past its quantum, is paused too", SHORT, [r("x", 90, score=95.0)], "x"),
         ("not on a backend that cannot take it", SHORT, [r("x", 900, backend="b")], None),
-        ("medium work pauses only what ran past its whole reply", MEDIUM, [r("x", 450), r("y", 465)], "y"),
-        ("...and nothing shorter", MEDIUM, [r("x", 464)], None),
+        ("medium work pauses too (least attained service)", MEDIUM, [r("x", 450), r("y", 65)], "x"),
+        ("long work never", Urgent("long", "interactive", 130.0, arrival=100.0), [r("x", 900, score=200.0)], None),
         ("another tier: only a worse one", SHORT, [r("x", 900, tier="batch", score=160.0)], "x"),
         ("...never a better one", Urgent("short", "batch", 160.0, arrival=100.0), [r("x", 900, score=100.0)], None),
         ("a continuation never pauses", Urgent("short", "interactive", 100.0, arrival=100.0, pauses=1), [r("x")], None),
@@ -53,12 +52,6 @@ def test_pick_victim(case: str, urgent: Urgent, running: list[Running], expected
 
 # -- the twin: the same answer as the dispatch script ----------------------------------
 
-
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
 
 
 lease_st = st.fixed_dictionaries({

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,12 +17,6 @@ from scheduler.types import BackendRecord, Lease, Ticket
 
 ME = "owner-1"
 
-
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
 
 
 def spec(long: bool, slack: float) -> Ticket:

@@ -4,7 +4,6 @@ dispatch script's on random pool states (real Lua, real Redis-protocol servers).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -51,12 +50,6 @@ def test_pick(case: str, serving: list[str], states: dict[str, SlotState], kw: d
 
 # -- the twin: the same answer as the dispatch script ----------------------------------
 
-
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
 
 
 backend = st.fixed_dictionaries({

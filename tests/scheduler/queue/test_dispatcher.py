@@ -23,12 +23,6 @@ def spec(slack: float = 0.0, timeout: float = 0.0, tenant: str = "default") -> T
     return Ticket(uuid.uuid4().hex, "m", tenant, "short", 10, timeout, "interactive", slack)
 
 
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
-
 
 @pytest.fixture
 async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Dispatcher]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator
 from importlib import resources
 
 import pytest
@@ -45,12 +44,6 @@ def test_scripts_reach_keys_only_through_the_table(script: str) -> None:
     used = set(re.findall(r"\bK\.(\w+)", source))
     assert used <= set(FIXED) | set(NAMED)
 
-
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
 
 
 async def test_every_key_written_is_one_keys_py_builds(redis: Redis) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,12 +27,6 @@ from tests.support import eventually
 
 ME = "owner-1"
 
-
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
 
 
 def ticket(tid: str, tokens: int, tenant: str, params: PolicyParams, tier: str = "interactive") -> Ticket:

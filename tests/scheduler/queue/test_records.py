@@ -7,7 +7,6 @@ Lua -> Python: tickets, leases and messages the scripts wrote parse into what wa
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -19,12 +18,6 @@ from scheduler.types import BackendRecord, Lease, Message, MessageKind, Ticket
 
 ME = "owner-1"
 
-
-@pytest.fixture
-async def redis(any_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(any_redis_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -1,0 +1,90 @@
+"""Stitching a paused stream into one response, and what may be paused at all."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.resume import Transcript, continuation_body, resumable
+from gateway.schemas import Endpoint, parse
+
+
+def event(data: dict) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def chunk(content: str | None = None, role: str | None = None, finish: str | None = None, **extra: object) -> bytes:
+    delta: dict = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return event({"id": extra.pop("id", "part"), "created": extra.pop("created", 2), "choices": [choice], **extra})
+
+
+def request(endpoint: Endpoint, **body: object) -> object:
+    base = {"model": "m", "stream": True}
+    base |= {"messages": [{"role": "user", "content": "hi"}]} if endpoint is Endpoint.CHAT else {"prompt": "Once"}
+    return parse(orjson.dumps(base | body), endpoint, 10_000)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "expected"),
+    [
+        (Endpoint.CHAT, {}, True),
+        (Endpoint.CHAT, {"n": 2}, False),
+        (Endpoint.CHAT, {"stream": False}, False),
+        (Endpoint.CHAT, {"continue_final_message": True}, False),
+        (Endpoint.COMPLETIONS, {}, True),
+        (Endpoint.COMPLETIONS, {"prompt": [1, 2, 3]}, False),
+        (Endpoint.COMPLETIONS, {"echo": True}, False),
+        (Endpoint.COMPLETIONS, {"suffix": "end"}, False),
+        (Endpoint.COMPLETIONS, {"best_of": 3}, False),
+    ],
+)
+def test_what_may_be_paused(endpoint: Endpoint, body: dict, expected: bool) -> None:
+    assert resumable(request(endpoint, **body)) is expected
+
+
+def test_a_tool_call_makes_a_stream_unpausable() -> None:
+    t = Transcript(chat=True)
+    t.read(chunk("Let me look", role="assistant"))
+    assert t.progress() == 1
+    tool = {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}}
+    t.read(event({"id": "x", "created": 1, "choices": [tool]}))
+    assert not t.resumable and t.progress() is None
+
+
+def test_parts_are_stitched_into_one_response() -> None:
+    t = Transcript(chat=True)
+    first = chunk(role="assistant", content="", id="chatcmpl-1", created=100) + chunk(" Hello", id="chatcmpl-1")
+    assert t.read(first) == first  # the first part passes as it is
+    t.next_part()
+    second = (chunk(role="assistant", content="", id="chatcmpl-2", created=200) + chunk(" world")
+              + chunk(finish="stop")
+              + event({"id": "chatcmpl-2", "created": 200, "choices": [],
+                       "usage": {"prompt_tokens": 11, "completion_tokens": 1, "total_tokens": 12}})
+              + b"data: [DONE]\n\n")
+    out = t.read(second)
+    events = [orjson.loads(e[6:]) for e in out.split(b"\n\n") if e.startswith(b"data: {")]
+    assert {e["id"] for e in events} == {"chatcmpl-1"} and {e["created"] for e in events} == {100}
+    assert not any((c.get("delta") or {}).get("role") for e in events for c in e["choices"])  # one role chunk
+    assert events[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    assert out.endswith(b"data: [DONE]\n\n") and t.text == " Hello world"
+
+
+@pytest.mark.parametrize("endpoint", [Endpoint.CHAT, Endpoint.COMPLETIONS])
+def test_a_continuation_asks_for_the_rest(endpoint: Endpoint) -> None:
+    req = request(endpoint, max_tokens=50, temperature=0.3)
+    t = Transcript(chat=endpoint is Endpoint.CHAT)
+    for word in (" a", " b", " c"):
+        t.read(chunk(word) if t.chat else event({"id": "x", "created": 1, "choices": [{"index": 0, "text": word}]}))
+    body = orjson.loads(continuation_body(req, t, priority=None))
+    assert body["max_tokens"] == 47 and body["temperature"] == 0.3
+    assert body["stream_options"] == {"include_usage": True}
+    if t.chat:
+        assert body["messages"][-1] == {"role": "assistant", "content": " a b c"}
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    else:
+        assert body["prompt"] == "Once a b c"

@@ -135,11 +135,14 @@ class Scheduler:
         self.dispatcher.report_progress(grant, tokens)
 
     def continuation(self, adm: Admission, request_id: str, age_s: float) -> Admission:
-        """The ticket of a paused request's next part: the same place in the order, its
-        original arrival (``age_s`` ago), one more pause, no second fair-share charge."""
+        """The ticket of a paused request's next part: its original arrival (``age_s``
+        ago) and no slack, so it is first in line for the next free slot of its tier (it
+        gave its own to more urgent work); one more pause; no second fair-share charge."""
         t = adm.ticket
         pauses = t.pauses + 1
-        ticket = dataclasses.replace(t, id=f"{request_id}-p{pauses}", pauses=pauses, age_s=age_s, cost_s=0.0)
+        ticket = dataclasses.replace(
+            t, id=f"{request_id}-p{pauses}", pauses=pauses, age_s=age_s, slack_s=0.0, cost_s=0.0
+        )
         return dataclasses.replace(adm, ticket=ticket)
 
     def complete(self, adm: Admission, grant: Grant, result: CallResult, service_s: float) -> None:

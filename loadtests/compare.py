@@ -40,6 +40,7 @@ from loadtests.length_table import FILE_NAME, write_length_table
 from loadtests.limit_trace import LimitSampler, write_limit_plot
 from loadtests.metrics import Warmup, summarize
 from loadtests.modes import DEFAULT_MODES, GATEWAY_MODES, MODES, mode_gateway_config, uses_oracle
+from loadtests.pause_stats import pause_stats
 from loadtests.plan import LoadConfig, TraceReplay, execute, trace_rows
 from loadtests.progress import Progress
 from loadtests.report import write_json, write_records
@@ -370,6 +371,7 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
         lc = load_config(cfg, workload, urls, rate, rows, Part.MEASURE, uses_oracle(mode))
         with sampler or nullcontext():
             records = run_async(_run(lc, catalog, f"{mode} @ {load:.2f}", cfg.quiet))
+        paused = pause_stats(urls[0]) if child is not None else None
     finally:
         if child is not None:
             child.stop()
@@ -379,6 +381,8 @@ def _one(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode: s
     row["sent"] = len(records)
     if sampler is not None:
         row["limit_trajectory"] = sampler.samples
+    if paused is not None:
+        row["pauses"] = paused
     _log(cfg, f"load {load:.2f} {mode:>11}: {summary.overall.count} ok, {summary.overall.failed} failed, "
               f"{summary.overall.cancelled} cancelled, {summary.overall.output_tps:.0f} output tok/s")
     return row, records

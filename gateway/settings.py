@@ -106,7 +106,7 @@ class Settings(BaseSettings):
 
     # pause and resume: a short request that finds every slot taken pauses the running
     # generation that has run longest past quantum_tokens (on a backend with `resume`)
-    preempt: bool = False
+    preempt: bool = True  # only backends with `resume` set are ever paused
     quantum_tokens: int = Field(default=64, ge=1)
     max_pauses: int = Field(default=2, ge=1)  # per request
     preempt_after_ms: float = Field(default=0.0, ge=0)  # how long the short request waits first

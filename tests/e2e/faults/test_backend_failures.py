@@ -26,6 +26,11 @@ async def _answer_probe(writer: asyncio.StreamWriter) -> None:
     await writer.drain()
 
 
+async def _read_body(reader: asyncio.StreamReader, head: bytes) -> None:
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    await reader.readexactly(length)
+
+
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Answer GETs (probes) with the model list; drop every POST before a byte."""
     try:
@@ -47,9 +52,7 @@ async def _handle_cut_error(reader: asyncio.StreamReader, writer: asyncio.Stream
             if head.startswith(b"GET"):
                 await _answer_probe(writer)
                 continue
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length")))
-            await reader.readexactly(length)
+            await _read_body(reader, head)
             writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
                          b"content-length: 200\r\n\r\n{\"error\": {\"mess")
             await writer.drain()
@@ -68,9 +71,7 @@ async def _handle_lingering(reader: asyncio.StreamReader, writer: asyncio.Stream
             if head.startswith(b"GET"):
                 await _answer_probe(writer)
                 continue
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length")))
-            await reader.readexactly(length)
+            await _read_body(reader, head)
             events = [
                 b'{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
                 b'{"id":"x","choices":[{"index":0,"delta":{"content":"Hi"}}]}',

@@ -319,7 +319,8 @@ local function dispatch(K, D, now)
   sweep_leases(K, now)
   local mine = {}
   local states, total = backend_states(K)
-  local may_preempt = D.preempt
+  -- a pool none of whose backends can resume pauses nothing: no walk of a full queue for it
+  local may_preempt = D.preempt and redis.call('SCARD', K.resume) > 0
   if total <= 0 and not may_preempt then
     return mine
   end

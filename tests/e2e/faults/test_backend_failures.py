@@ -44,49 +44,47 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     writer.close()
 
 
-async def _handle_cut_error(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Answer GETs as ``_handle``; answer a POST with a 500 whose body breaks off."""
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if head.startswith(b"GET"):
-                await _answer_probe(writer)
-                continue
-            await _read_body(reader, head)
-            writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
-                         b"content-length: 200\r\n\r\n{\"error\": {\"mess")
-            await writer.drain()
-            break
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
+def _answering_posts(answer: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]) -> Callable[..., Any]:
+    """A handler that answers GETs as ``_handle`` and the first POST with ``answer``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"GET"):
+                    await _answer_probe(writer)
+                    continue
+                await _read_body(reader, head)
+                await answer(reader, writer)
+                break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    return handler
 
 
-async def _handle_lingering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Answer GETs as ``_handle``; stream a whole answer to a POST, [DONE] included, then
-    keep the response open (the end of the body comes late, as a busy server's may)."""
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if head.startswith(b"GET"):
-                await _answer_probe(writer)
-                continue
-            await _read_body(reader, head)
-            events = [
-                b'{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
-                b'{"id":"x","choices":[{"index":0,"delta":{"content":"Hi"}}]}',
-                b'{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
-                b'{"id":"x","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}',
-            ]
-            body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-                         + b"%x\r\n" % len(body) + body + b"\r\n")
-            await writer.drain()
-            await reader.read()  # the end of the body never comes: until the gateway closes
-            break
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
+async def _cut_error(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A 500 whose body breaks off."""
+    writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                 b"content-length: 200\r\n\r\n{\"error\": {\"mess")
+    await writer.drain()
+
+
+async def _lingering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A whole streamed answer, [DONE] included, then the response kept open (the end of
+    the body comes late, as a busy server's may)."""
+    events = [
+        b'{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+        b'{"id":"x","choices":[{"index":0,"delta":{"content":"Hi"}}]}',
+        b'{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+        b'{"id":"x","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}',
+    ]
+    body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                 + b"%x\r\n" % len(body) + body + b"\r\n")
+    await writer.drain()
+    await reader.read()  # the end of the body never comes: until the gateway closes
 
 
 def _serve(handler: Callable[..., Any]) -> Iterator[str]:
@@ -112,7 +110,7 @@ def broken_backend() -> Iterator[str]:
 @pytest.fixture
 def cut_error_backend() -> Iterator[str]:
     """Passes health probes; its error answer to inference breaks off mid-body."""
-    yield from _serve(_handle_cut_error)
+    yield from _serve(_answering_posts(_cut_error))
 
 
 def chat(stream: bool = False, tokens: int = 5) -> dict[str, object]:
@@ -184,7 +182,7 @@ async def slot_free(redis: Redis, prefix: str) -> bool:
 
 @pytest.fixture
 def lingering_backend() -> Iterator[str]:
-    yield from _serve(_handle_lingering)
+    yield from _serve(_answering_posts(_lingering))
 
 
 async def test_a_client_that_leaves_at_done_got_a_complete_answer(

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from gateway import admin
 from gateway.auth import Authenticator
+from gateway.drain import Drain, InFlight
 from gateway.errors import GatewayError
 from gateway.proxy import Proxy
 from gateway.routes import router
@@ -111,6 +112,7 @@ def create_app(
     redis_url: str = settings.redis_url
     otel = otel if otel is not None else OtelConfig.from_env(os.environ)
     predictor = make_predictor(settings)  # here, not at startup: a bad weights file is a config error
+    drain = Drain(settings.drain_timeout_s)  # before the lifespan: a signal may come at any time
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -147,8 +149,9 @@ def create_app(
             settings, redis, dispatcher, registry, Authenticator(settings),
             Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
                             settings.quantum_tokens), Upstream(client)),
-            telemetry,
+            telemetry, drain,
         )
+        drain.bind(dispatcher.hand_back)
         app.state.gateway = gateway
         await dispatcher.start()
         await registry.start()
@@ -170,6 +173,8 @@ def create_app(
     app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)
     app.include_router(admin.router)
+    app.state.drain = drain
+    app.add_middleware(InFlight, drain=drain)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

@@ -59,9 +59,18 @@ def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
         return GatewayError(429, str(exc), "rate_limit_error", "shed", retry_after_s=exc.retry_after_s)
     if isinstance(exc, sched.DeadlineExceeded):
         return GatewayError(504, str(exc), "timeout_error", "queue_timeout")
+    if isinstance(exc, sched.BackendsDown):
+        return GatewayError(503, str(exc), "service_unavailable", "backends_down", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, sched.Draining):
+        return draining(str(exc), exc.retry_after_s)
     if isinstance(exc, sched.NoBackend):
         return GatewayError(404, str(exc), code="model_not_found", param="model")
     return GatewayError(503, str(exc), "service_unavailable", "scheduler_unavailable", retry_after_s=2)
+
+
+def draining(message: str = "This gateway replica is shutting down; retry the request (another replica "
+             "will take it).", retry_after_s: float = 1.0) -> GatewayError:
+    return GatewayError(503, message, "service_unavailable", "draining", retry_after_s=retry_after_s)
 
 
 def upstream_failed(detail: str) -> GatewayError:

@@ -45,10 +45,11 @@ def _banner(settings: Settings, embedded: list[str]) -> str:
 
 
 def run(settings: Settings) -> None:
-    """Serve until Ctrl-C or SIGTERM; ``ConfigError`` if Redis cannot be reached."""
+    """Serve until Ctrl-C or SIGTERM (both drain first); ``ConfigError`` if Redis cannot be reached."""
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.drain import draining_server
     from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
 
     embedded: list[str] = []
@@ -73,11 +74,13 @@ def run(settings: Settings) -> None:
                 f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
             )
         print(_banner(settings, embedded), flush=True)
+        app = create_app(settings)
         config = uvicorn.Config(
-            create_app(settings), host=settings.host, port=settings.port, log_level="info",
+            app, host=settings.host, port=settings.port, log_level="info",
             access_log=settings.access_log, timeout_graceful_shutdown=10,
         )
-        _quiet_stop_server()(config).run()
+        # the first SIGTERM / SIGINT drains (gateway/drain.py), a second one stops at once
+        draining_server(_quiet_stop_server(), config, app.state.drain).run()
 
 
 def _quiet_stop_server() -> type:

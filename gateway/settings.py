@@ -133,6 +133,12 @@ class Settings(BaseSettings):
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     access_log: bool = False
 
+    # shutdown and readiness (docs/operations.md): on SIGTERM running requests get this long
+    drain_timeout_s: float = Field(default=60.0, ge=0)
+    # /ready answers 503 while no backend is up (off: the replica stays ready and answers
+    # requests 503 itself, so a load balancer does not drop every replica at once)
+    ready_requires_backend: bool = False
+
     # telemetry (exporters follow the standard OTEL_* environment; see gateway/telemetry/hub.py)
     trace_content: bool = False  # record prompts and completions on spans: they may hold personal data
 

@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator
+from gateway.drain import Drain
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.telemetry.hub import Telemetry
@@ -24,6 +25,7 @@ class Gateway:
     auth: Authenticator
     proxy: Proxy
     telemetry: Telemetry
+    drain: Drain
 
     async def redis_ok(self) -> bool:
         try:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backends.registry import BackendConfig, BackendRegistry
-from scheduler.errors import NoBackend
+from scheduler.errors import BackendsDown, NoBackend
 from scheduler.policy.classify import Classifier
 from scheduler.policy.order import engine_priority, retry_order
 from scheduler.queue.dispatcher import Dispatcher, Watch
@@ -69,6 +69,8 @@ class Scheduler:
         pool = self.registry.pool_of(inp.model)
         if pool is None:
             raise NoBackend(f"The model '{inp.model}' does not exist or no backend serves it.")
+        if not self.registry.serves(inp.model):  # queueing would only wait for the deadline
+            raise BackendsDown(f"Every backend serving the model '{inp.model}' is down; retry shortly.")
         if self.classifier.blocking:  # a neural predictor: keep the event loop free
             placement = await asyncio.to_thread(self.classifier.place, inp, tier, oracle_tokens)
         else:

@@ -144,6 +144,14 @@ class BackendRegistry:
         """Is there another healthy backend for this model?"""
         return any(b.name != failed and b.healthy and model in b.models for b in self.backends.values())
 
+    def serves(self, model: str) -> bool:
+        """Is a healthy backend serving this model?"""
+        return any(b.healthy and model in b.models for b in self.backends.values())
+
+    def down(self) -> list[str]:
+        """The backends that are down now, by name."""
+        return [b.name for b in self.backends.values() if not b.healthy]
+
     def any_healthy(self) -> bool:
         return any(b.healthy for b in self.backends.values())
 

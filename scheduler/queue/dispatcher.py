@@ -119,8 +119,29 @@ class Dispatcher:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops.clear()
+        for pool, held in self._held.items():  # leases nothing released (a stream cut at exit)
+            for lease in list(held):
+                held.pop(lease, None)
+                self._spawn(self._release(pool, lease))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
+
+    async def hand_back(self, error: Callable[[], Exception]) -> int:
+        """Withdraw every ticket this replica still has queued and fail its request with
+        ``error()`` (the replica drains: its clients retry on another). A ticket granted
+        meanwhile keeps its grant and runs. Returns how many were handed back."""
+        handed = 0
+        for ticket, waiter in list(self._waiters.items()):
+            if waiter.future.done():
+                continue
+            if await self._withdraw(ticket, waiter.pool) and not waiter.future.done():
+                waiter.future.set_exception(error())
+                handed += 1
+        return handed
+
+    def holds(self) -> int:
+        """Leases this replica holds now, all pools."""
+        return sum(len(held) for held in self._held.values())
 
     @property
     def queued_here(self) -> int:

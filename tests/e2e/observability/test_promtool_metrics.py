@@ -3,6 +3,7 @@ has its family's help text and type; names follow Prometheus's conventions."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -24,7 +25,9 @@ async def test_live_scrape_passes_promtool(observed: Callable[..., str]) -> None
         text = (await client.get(f"{base}/metrics")).text
     assert "triage_requests_total" in text
     assert PROMTOOL is not None
-    result = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    result = await asyncio.to_thread(
+        subprocess.run, [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
     # promtool prints lint problems and exits 1 on any (3 for lint only in newer releases)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "" and result.stderr.strip() == "", result.stdout + result.stderr

@@ -8,7 +8,8 @@
 
 The server keeps listening all the while: a readiness probe or a load balancer sees a
 503, not a refused connection, and takes the replica out of rotation. A second signal
-stops at once (uvicorn's own shutdown).
+ends the running requests at once (with the same explicit errors) and exits; a third
+is uvicorn's own shutdown.
 
 ``Drain`` is the state (``create_app`` makes one per app, the routes read it);
 ``InFlight`` is the ASGI middleware that counts inference requests until their last
@@ -62,6 +63,8 @@ class Drain:
         self._running: set[_Running] = set()  # inference requests between their first and last byte
         self._hand_back: Callable[[Callable[[], Exception]], Awaitable[int]] | None = None
         self._idle: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
+        self.hurried = False  # a second signal: end what runs now
 
     @property
     def draining(self) -> bool:
@@ -94,25 +97,40 @@ class Drain:
             if self.handed_back:
                 log.info("draining: handed %d queued request(s) back", self.handed_back)
         self._idle = asyncio.Event()
-        if await self._wait_idle(self.timeout_s):
+        self._hurry = asyncio.Event()
+        if self.hurried:
+            self._hurry.set()
+        if await self._wait_idle(self.timeout_s, self._hurry):
             return True
-        log.warning("draining: %d request(s) still running after %.0f s; they are ended", self.in_flight,
-                    self.timeout_s)
+        if self.hurried:
+            log.warning("draining: stopped by a second signal; %d running request(s) are ended", self.in_flight)
+        else:
+            log.warning("draining: %d request(s) still running after %.0f s; they are ended", self.in_flight,
+                        self.timeout_s)
         for running in self._running:
             running.cut.set()
         await self._wait_idle(CUT_GRACE_S)  # their cleanup: upstream closed, lease released
         return False
 
-    async def _wait_idle(self, timeout_s: float) -> bool:
+    def hurry(self) -> None:
+        """Stop waiting for running requests (a second signal): end them now."""
+        self.hurried = True
+        if self._hurry is not None:
+            self._hurry.set()
+
+    async def _wait_idle(self, timeout_s: float, hurry: asyncio.Event | None = None) -> bool:
         assert self._idle is not None
         if not self._running:
             return True
+        waits = {asyncio.ensure_future(self._idle.wait())}
+        if hurry is not None:
+            waits.add(asyncio.ensure_future(hurry.wait()))
         try:
-            async with asyncio.timeout(timeout_s):
-                await self._idle.wait()
-        except TimeoutError:
-            return False
-        return True
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return not self._running
 
 
 class InFlight:
@@ -151,11 +169,14 @@ class InFlight:
                 return {"type": "http.disconnect"}
             message = asyncio.ensure_future(receive())
             cut = asyncio.ensure_future(running.cut.wait())
-            await asyncio.wait({message, cut}, return_when=asyncio.FIRST_COMPLETED)
-            if message.done():
+            try:
+                await asyncio.wait({message, cut}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # a watcher stopped at the response's end cancels this wait: leave no task behind
                 cut.cancel()
+                if not message.done():
+                    message.cancel()
+            if message.done() and not message.cancelled():
                 return message.result()
-            message.cancel()
             return {"type": "http.disconnect"}
 
         self.drain.enter(running)
@@ -184,7 +205,7 @@ async def _end(running: _Running, scope: Scope, receive: Receive, send: Send) ->
 
 def draining_server(base: type, config: Any, drain: Drain) -> Any:
     """An instance of ``base`` (a ``uvicorn.Server`` subclass) whose first SIGTERM or
-    SIGINT drains and then stops it; a second signal stops it at once."""
+    SIGINT drains and then stops it; a second one ends the running requests now."""
 
     class DrainingServer(base):  # type: ignore[misc, valid-type]
         _loop: asyncio.AbstractEventLoop | None = None
@@ -195,10 +216,14 @@ def draining_server(base: type, config: Any, drain: Drain) -> Any:
             await super().serve(sockets)
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if self._loop is None or self._draining is not None or self.should_exit:
-                super().handle_exit(sig, frame)  # a second signal: as uvicorn does
+            if self._loop is None or self.should_exit or drain.hurried:
+                super().handle_exit(sig, frame)  # not serving yet, or a third signal: as uvicorn does
                 return
-            log.info("%s: draining (a second signal stops at once)", signal.Signals(sig).name)
+            if drain.draining:  # a second signal: end the running requests now, then exit
+                log.info("%s: ending the running requests now", signal.Signals(sig).name)
+                self._loop.call_soon_threadsafe(drain.hurry)
+                return
+            log.info("%s: draining (a second signal ends the running requests now)", signal.Signals(sig).name)
             drain.started = time.monotonic()  # /ready flips now, before the loop runs again
             self._loop.call_soon_threadsafe(self._start, sig)
 

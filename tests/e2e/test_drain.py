@@ -128,11 +128,11 @@ class Replica:
 async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBackend) -> AsyncIterator:
     started: list[Replica] = []
 
-    async def start(**settings: object) -> Replica:
+    async def start(slots: int = 1, **settings: object) -> Replica:
         port = free_port()
         config = {
             "port": port, "redis_url": redis_url, "key_prefix": prefix, "predictor": "prior",
-            "backends": [{"name": "gated", "url": gated.url, "models": [MODEL], "max_concurrency": 1,
+            "backends": [{"name": "gated", "url": gated.url, "models": [MODEL], "max_concurrency": slots,
                           "adaptive": False}],
             **settings,
         }
@@ -221,20 +221,24 @@ async def test_sigterm_drains_a_running_stream_and_hands_queued_work_back(
 async def test_streams_past_drain_timeout_end_with_an_error_and_release_their_leases(
     replica, gated: GatedBackend, redis: Redis, prefix: str  # noqa: ANN001
 ) -> None:
-    gw = await replica(drain_timeout_s=1)
+    gw = await replica(slots=2, drain_timeout_s=1)
     async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
         async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as running:
             lines = running.aiter_lines()
             await anext(line async for line in lines if "Hello" in line)
-            assert await leases(redis, prefix) == 1
+            whole = asyncio.ensure_future(http.post("/v1/chat/completions", json=chat(stream=False)))
+            await eventually(lambda: gated.started == 2)  # both calls are on the backend
+            assert await leases(redis, prefix) == 2
             os.kill(gw.proc.pid, signal.SIGTERM)
             rest = [line async for line in lines if line.startswith("data:")]
-    assert "data: [DONE]" not in rest
+            cut = await whole
+    assert "data: [DONE]" not in rest  # the stream ends with an error event
     error = orjson.loads(rest[-1].removeprefix("data: "))["error"]
     assert error["code"] == "draining" and "drain_timeout_s" in error["message"]
+    assert cut.status_code == 503 and cut.json()["error"]["code"] == "draining"  # nothing sent yet: a 503
     assert await gw.exited() == 0
     assert await leases(redis, prefix) == 0
-    await eventually(lambda: gated.closed_early == 1)  # the upstream call was closed too
+    await eventually(lambda: gated.closed_early == 2)  # the upstream calls were closed too
     log = gw.log.read_text()
     assert "still running after 1 s" in log and "Traceback" not in log, log
 
@@ -254,7 +258,11 @@ async def test_an_idle_replica_exits_at_once_and_a_second_signal_stops_a_drain(
             os.kill(busy.proc.pid, signal.SIGTERM)
             await eventually(lambda: _draining(http))
             os.kill(busy.proc.pid, signal.SIGTERM)  # do not wait for the stream
+            rest = [line async for line in lines if line.startswith("data:")]
             assert await busy.exited(within_s=30) == 0
+    assert orjson.loads(rest[-1].removeprefix("data: "))["error"]["code"] == "draining"
+    log = busy.log.read_text()
+    assert "stopped by a second signal" in log and "Traceback" not in log, log
 
 
 async def _draining(http: httpx.AsyncClient) -> bool:

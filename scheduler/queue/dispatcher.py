@@ -139,10 +139,6 @@ class Dispatcher:
                 handed += 1
         return handed
 
-    def holds(self) -> int:
-        """Leases this replica holds now, all pools."""
-        return sum(len(held) for held in self._held.values())
-
     @property
     def queued_here(self) -> int:
         return len(self._waiters)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_rule_unit_tests() -> None:
 
 
 @needs_promtool
-def test_a_broken_rule_is_caught(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+def test_a_broken_rule_is_caught(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text("groups:\n  - name: x\n    rules:\n      - alert: X\n        expr: rate(foo[5m]\n")
     assert promtool("check", "rules", str(bad)).returncode != 0

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,8 +124,11 @@ class Replica:
             raise AssertionError(f"the gateway did not exit within {within_s} s:\n{self.log.read_text()}") from None
 
 
+Start = Callable[..., Awaitable[Replica]]  # start(slots=1, **settings): a ready `triage serve` child
+
+
 @pytest.fixture
-async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBackend) -> AsyncIterator:
+async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBackend) -> AsyncIterator[Start]:
     started: list[Replica] = []
 
     async def start(slots: int = 1, **settings: object) -> Replica:
@@ -140,10 +143,11 @@ async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBacke
         path.write_text(yaml.safe_dump(config))
         log = tmp_path / f"gateway-{port}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
-        proc = await asyncio.to_thread(
-            subprocess.Popen, [sys.executable, "-m", "triage", "serve", "--config", str(path)],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**env, "PYTHONUNBUFFERED": "1"},
-        )
+        with log.open("wb") as out:  # the child keeps its own copy
+            proc = await asyncio.to_thread(
+                subprocess.Popen, [sys.executable, "-m", "triage", "serve", "--config", str(path)],
+                stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONUNBUFFERED": "1"},
+            )
         r = Replica(proc, f"http://127.0.0.1:{port}", log)
         started.append(r)
 
@@ -182,7 +186,7 @@ async def queued_here(http: httpx.AsyncClient, url: str) -> int:
 
 
 async def test_sigterm_drains_a_running_stream_and_hands_queued_work_back(
-    replica, gated: GatedBackend, redis: Redis, prefix: str  # noqa: ANN001 - the fixture's factory
+    replica: Start, gated: GatedBackend, redis: Redis, prefix: str
 ) -> None:
     gw = await replica(drain_timeout_s=60)
     async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
@@ -219,7 +223,7 @@ async def test_sigterm_drains_a_running_stream_and_hands_queued_work_back(
 
 
 async def test_streams_past_drain_timeout_end_with_an_error_and_release_their_leases(
-    replica, gated: GatedBackend, redis: Redis, prefix: str  # noqa: ANN001
+    replica: Start, gated: GatedBackend, redis: Redis, prefix: str
 ) -> None:
     gw = await replica(slots=2, drain_timeout_s=1)
     async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
@@ -244,7 +248,7 @@ async def test_streams_past_drain_timeout_end_with_an_error_and_release_their_le
 
 
 async def test_an_idle_replica_exits_at_once_and_a_second_signal_stops_a_drain(
-    replica, gated: GatedBackend  # noqa: ANN001
+    replica: Start, gated: GatedBackend
 ) -> None:
     idle = await replica()
     os.kill(idle.proc.pid, signal.SIGTERM)

@@ -209,7 +209,7 @@ def draining_server(base: type, config: Any, drain: Drain) -> Any:
 
     class DrainingServer(base):  # type: ignore[misc, valid-type]
         _loop: asyncio.AbstractEventLoop | None = None
-        _draining: asyncio.Task[None] | None = None
+        _draining: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
 
         async def serve(self, sockets: Any = None) -> None:
             self._loop = asyncio.get_running_loop()
@@ -219,15 +219,19 @@ def draining_server(base: type, config: Any, drain: Drain) -> Any:
             if self._loop is None or self.should_exit or drain.hurried:
                 super().handle_exit(sig, frame)  # not serving yet, or a third signal: as uvicorn does
                 return
+            # (this runs in a signal handler: what logs or awaits goes to the loop)
             if drain.draining:  # a second signal: end the running requests now, then exit
-                log.info("%s: ending the running requests now", signal.Signals(sig).name)
-                self._loop.call_soon_threadsafe(drain.hurry)
+                self._loop.call_soon_threadsafe(self._hurry, sig)
                 return
-            log.info("%s: draining (a second signal ends the running requests now)", signal.Signals(sig).name)
             drain.started = time.monotonic()  # /ready flips now, before the loop runs again
             self._loop.call_soon_threadsafe(self._start, sig)
 
+        def _hurry(self, sig: int) -> None:
+            log.info("%s: ending the running requests now", signal.Signals(sig).name)
+            drain.hurry()
+
         def _start(self, sig: int) -> None:
+            log.info("%s: draining (a second signal ends the running requests now)", signal.Signals(sig).name)
             self._draining = asyncio.get_running_loop().create_task(self._drain_then_exit(sig))
 
         async def _drain_then_exit(self, sig: int) -> None:

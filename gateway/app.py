@@ -17,9 +17,10 @@ from redis.backoff import ExponentialBackoff
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway import admin
-from gateway.auth import Authenticator
+from gateway import admin, admin_keys
+from gateway.auth import Authenticator, quota_limits
 from gateway.errors import GatewayError
+from gateway.keystore import KeyStore
 from gateway.proxy import Proxy
 from gateway.routes import router
 from gateway.settings import ConfigError, Settings
@@ -31,11 +32,13 @@ from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams
+from scheduler.policy.quota import QuotaLimits
 from scheduler.policy.reservation import ReservationParams
 from scheduler.predictor.factory import Built, PredictorSpec, PredictorUnavailable, build
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
+from scheduler.quota import Quotas
 from scheduler.service import Scheduler
 from scheduler.types import ClassThresholds
 
@@ -73,6 +76,12 @@ def policy_params(settings: Settings) -> PolicyParams:
         },
         tenant_weights=dict(settings.tenant_weights),
     )
+
+
+def quota_config(settings: Settings) -> tuple[QuotaLimits, dict[str, QuotaLimits]]:
+    """The default tenant quota, and each named tenant's."""
+    tenants = {t: quota_limits(q) or QuotaLimits() for t, q in settings.tenant_quotas.items()}
+    return quota_limits(settings.default_quota) or QuotaLimits(), tenants
 
 
 def make_predictor(settings: Settings) -> Built:
@@ -143,13 +152,18 @@ def create_app(
             otel, registry, redis, settings.key_prefix, settings.policy.value, settings.trace_content,
             tracer_provider, dispatcher.owner,
         )
+        keystore = KeyStore(redis, settings.key_prefix, settings.key_sync_s)
+        defaults, tenants = quota_config(settings)
+        quotas = Quotas(redis, settings.key_prefix, defaults, tenants, settings.lease_ttl_s, settings.heartbeat_s)
         gateway = Gateway(
-            settings, redis, dispatcher, registry, Authenticator(settings),
+            settings, redis, dispatcher, registry, Authenticator(settings, keystore),
             Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
-                            settings.quantum_tokens), Upstream(client)),
-            telemetry,
+                            settings.quantum_tokens), Upstream(client), quotas),
+            telemetry, keystore, quotas,
         )
         app.state.gateway = gateway
+        await keystore.start()
+        await quotas.start()
         await dispatcher.start()
         await registry.start()
         await telemetry.start(settings.probe_interval_s)
@@ -163,6 +177,8 @@ def create_app(
             await telemetry.stop()
             await registry.stop()
             await dispatcher.stop()
+            await quotas.stop()
+            await keystore.stop()
             await client.aclose()
             await listen.aclose()
             await redis.aclose()
@@ -170,6 +186,7 @@ def create_app(
     app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)
     app.include_router(admin.router)
+    app.include_router(admin_keys.router)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

@@ -3,6 +3,7 @@
     SchedulerError
      ├── Rejected            refused before it was queued (nothing to undo)
      │    ├── QueueFull      the pool's or the tenant's queue is at its bound -> 429
+     │    ├── QuotaExceeded  a tenant's or key's rate, token or concurrency limit -> 429
      │    └── NoBackend      no backend serves the model -> 404
      ├── Evicted             taken out of the queue after it was admitted
      │    ├── DeadlineExceeded  waited longer than its deadline -> 504
@@ -31,6 +32,18 @@ class QueueFull(Rejected):
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class QuotaExceeded(Rejected):
+    outcome: Outcome = Outcome.QUOTA
+
+    def __init__(
+        self, message: str, retry_after_s: float | None, headers: dict[str, str] | None = None, limit: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s  # None: no wait helps (the request exceeds the limit itself)
+        self.headers = headers or {}  # x-ratelimit-*
+        self.limit = limit  # requests | tokens | concurrent
 
 
 class NoBackend(Rejected):

@@ -72,6 +72,10 @@ def run(settings: Settings) -> None:
             embedded.append(
                 f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
             )
+        if settings.request_log:
+            from gateway.telemetry.request_log import to_stdout
+
+            to_stdout()
         print(_banner(settings, embedded), flush=True)
         config = uvicorn.Config(
             create_app(settings), host=settings.host, port=settings.port, log_level="info",

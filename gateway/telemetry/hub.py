@@ -33,6 +33,7 @@ from gateway.telemetry.accuracy import RankAccuracy
 from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.otlp import OtlpMetrics
 from gateway.telemetry.prometheus import render
+from gateway.telemetry.request_log import RequestLog
 from gateway.telemetry.stats import WindowStats
 from gateway.telemetry.tracing import Recorder, RequestTrace
 from scheduler.backends.registry import BackendConfig, BackendRegistry
@@ -82,6 +83,7 @@ class Telemetry:
         capture_content: bool = False,
         tracer_provider: trace.TracerProvider | None = None,
         instance_id: str = "",
+        request_log: bool = False,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -110,7 +112,7 @@ class Telemetry:
         self._addresses: dict[str, tuple[str, int]] = {}
         self.recorder = Recorder(
             self.tracer, self.propagator, self.instruments, self.stats, self.accuracy, self.address, policy,
-            capture_content,
+            capture_content, RequestLog() if request_log else None,
         )
 
     def begin(self, headers: Headers, operation: str, route: str) -> RequestTrace:

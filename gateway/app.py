@@ -150,7 +150,7 @@ def create_app(
         )
         telemetry = Telemetry(
             otel, registry, redis, settings.key_prefix, settings.policy.value, settings.trace_content,
-            tracer_provider, dispatcher.owner, settings.request_log,
+            tracer_provider, dispatcher.owner, settings.request_log, settings.stats_publish_s,
         )
         keystore = KeyStore(redis, settings.key_prefix, settings.key_sync_s)
         defaults, tenants = quota_config(settings)

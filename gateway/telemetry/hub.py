@@ -30,6 +30,7 @@ from starlette.datastructures import Headers
 
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.accuracy import RankAccuracy
+from gateway.telemetry.cluster import ClusterStats
 from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.otlp import OtlpMetrics
 from gateway.telemetry.prometheus import render
@@ -84,6 +85,7 @@ class Telemetry:
         tracer_provider: trace.TracerProvider | None = None,
         instance_id: str = "",
         request_log: bool = False,
+        stats_publish_s: float = 2.0,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -101,6 +103,7 @@ class Telemetry:
         self.depth = QueueDepth(redis, key_prefix, {b.config.pool for b in registry.backends.values()})
         self.accuracy = RankAccuracy()
         self.stats = WindowStats(classes=("short", "medium", "long"))
+        self.cluster = ClusterStats(redis, key_prefix, instance_id, self.stats, stats_publish_s)
         self.instruments = Instruments(registry, self.depth, self.accuracy)
         self._otlp: OtlpMetrics | None = None
         if config.export_metrics:
@@ -134,11 +137,13 @@ class Telemetry:
         return render(self.instruments.registry)
 
     async def start(self, depth_interval_s: float) -> None:
+        await self.cluster.start()
         if self._otlp is not None:  # scrapes refresh the depth themselves; OTLP needs a timer
             await self.depth.start(depth_interval_s)
             await self._otlp.start()
 
     async def stop(self) -> None:
+        await self.cluster.stop()
         await self.depth.stop()
         if self._otlp is not None:
             await self._otlp.stop()

@@ -22,6 +22,7 @@ from gateway.auth import Authenticator, quota_limits
 from gateway.errors import GatewayError
 from gateway.keystore import KeyStore
 from gateway.proxy import Proxy
+from gateway.reload import ConfigSource, Reloader
 from gateway.routes import router
 from gateway.settings import ConfigError, Settings
 from gateway.state import Gateway
@@ -111,10 +112,13 @@ def shared_redis(url: str, name: str, max_connections: int = 64) -> Redis:
 
 
 def create_app(
-    settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None
+    settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None,
+    source: ConfigSource | None = None,
 ) -> FastAPI:
     """``tracer_provider``: where spans go (tests pass one with an in-memory exporter);
-    ``otel``: the exporters, by default from the standard ``OTEL_*`` environment."""
+    ``otel``: the exporters, by default from the standard ``OTEL_*`` environment;
+    ``source``: where the settings came from, to reload them on SIGHUP or a file change
+    (``reload.py``); None: no reload."""
     if not settings.redis_url:
         raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
     redis_url: str = settings.redis_url
@@ -162,6 +166,23 @@ def create_app(
             telemetry, keystore, quotas,
         )
         app.state.gateway = gateway
+        applied = {"keys": settings.api_keys, "quotas": (settings.default_quota, settings.tenant_quotas)}
+
+        async def apply(new: Settings) -> list[str]:
+            """What a reload changes: the config file's keys, the quotas, the backends."""
+            changes = []
+            if new.api_keys != applied["keys"]:
+                gateway.auth.reload(new)
+                applied["keys"] = new.api_keys
+                changes.append(f"{len(new.api_keys)} keys in the config file")
+            if (new.default_quota, new.tenant_quotas) != applied["quotas"]:
+                quotas.defaults, quotas.tenants = quota_config(new)
+                applied["quotas"] = (new.default_quota, new.tenant_quotas)
+                changes.append("quotas")
+            return changes + await registry.reconcile(backend_configs(new))
+
+        reloader = Reloader(source, settings.reload_check_s, apply, settings) if source is not None else None
+        app.state.reloader = reloader
         await keystore.start()
         await quotas.start()
         await dispatcher.start()
@@ -169,9 +190,13 @@ def create_app(
         await telemetry.start(settings.probe_interval_s)
         if sync is not None:
             await sync.start()
+        if reloader is not None:
+            await reloader.start()
         try:
             yield
         finally:
+            if reloader is not None:
+                await reloader.stop()
             if sync is not None:
                 await sync.stop()
             await telemetry.stop()

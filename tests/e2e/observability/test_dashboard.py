@@ -65,8 +65,9 @@ async def test_dashboard_sums_the_cluster_and_names_its_replicas(observed: Calla
             await stream_chat(client, base, 3)
     ids = sorted([(await get_json(a, "/admin/stats"))["replica"], (await get_json(b, "/admin/stats"))["replica"]])
 
-    async def both() -> bool:
-        return (await get_json(a, "/admin/stats?scope=cluster"))["replicas"] == ids
+    async def both() -> bool:  # b's window has been published since its request ended
+        view = await get_json(a, "/admin/stats?scope=cluster")
+        return view["replicas"] == ids and view["classes"]["short"]["requests"] == 3
 
     await eventually(both)
     async with open_page(chromium, f"{a}/dashboard?scope=cluster") as page:

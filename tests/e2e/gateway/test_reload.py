@@ -90,6 +90,28 @@ async def test_a_reload_keeps_the_running_stream_and_changes_backends_and_keys(
                 assert await backends_now(http, url) == {"b"}
 
 
+async def test_a_reload_may_bring_a_new_pool(tmp_path: Path, redis_url: str, prefix: str, sim_url: str) -> None:
+    config = tmp_path / "triage.yaml"
+    first = {"name": "a", "url": sim_url, "models": [MODEL]}
+    write(config, backends=[first], reload_check_s=0.1)
+    source = ConfigSource(config, {"redis_url": redis_url, "key_prefix": prefix})
+    with running_simulator(SimSettings(profile="fast", model="other-model")) as other:
+        with running_app(create_app(source.load(), source=source)) as url:
+            async with httpx.AsyncClient(timeout=60) as http:
+                write(config, backends=[first, {"name": "o", "url": other, "models": ["other-model"], "pool": "p2"}],
+                      reload_check_s=0.1)
+
+                async def listed() -> bool:
+                    models = (await http.get(url + "/v1/models")).json()["data"]
+                    return {m["id"] for m in models} == {MODEL, "other-model"}
+
+                await eventually(listed, 20)
+                body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+                for model, backend in ((MODEL, "a"), ("other-model", "o")):
+                    resp = await http.post(url + CHAT, json={**body, "model": model})
+                    assert resp.status_code == 200 and resp.headers["x-triage-backend"] == backend, resp.text
+
+
 async def _backends_are(http: httpx.AsyncClient, url: str, names: set[str]) -> bool:
     return await backends_now(http, url) == names
 

@@ -179,7 +179,10 @@ def create_app(
                 quotas.defaults, quotas.tenants = quota_config(new)
                 applied["quotas"] = (new.default_quota, new.tenant_quotas)
                 changes.append("quotas")
-            return changes + await registry.reconcile(backend_configs(new))
+            changes += await registry.reconcile(backend_configs(new))
+            for pool in registry.reservations:  # a new pool's depth, in /metrics and /admin/stats
+                telemetry.depth.add_pool(pool)
+            return changes
 
         reloader = Reloader(source, settings.reload_check_s, apply, settings) if source is not None else None
         app.state.reloader = reloader

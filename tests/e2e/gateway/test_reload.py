@@ -110,6 +110,8 @@ async def test_a_reload_may_bring_a_new_pool(tmp_path: Path, redis_url: str, pre
                 for model, backend in ((MODEL, "a"), ("other-model", "o")):
                     resp = await http.post(url + CHAT, json={**body, "model": model})
                     assert resp.status_code == 200 and resp.headers["x-triage-backend"] == backend, resp.text
+                stats = (await http.get(url + "/admin/stats")).json()
+                assert set(stats["queue"]["by_pool"]) == {"default", "p2"}  # its queue is watched too
 
 
 async def _backends_are(http: httpx.AsyncClient, url: str, names: set[str]) -> bool:

@@ -97,7 +97,9 @@ class KeyStore:
         if version == self.version:
             return False
         records = await self._redis.hgetall(self._keys.by_hash)  # type: ignore[misc]
-        self.by_hash = {d.decode(): KeyRecord.unpack(r) for d, r in records.items()}
+        self.by_hash = {
+            (d.decode() if isinstance(d, bytes) else d): KeyRecord.unpack(r) for d, r in records.items()
+        }
         self.version = version
         return True
 

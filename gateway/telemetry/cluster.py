@@ -53,7 +53,8 @@ class ClusterStats:
 
     async def windows(self) -> list[dict[str, Any]]:
         """The live windows of every replica: the others' as last published, this one's now."""
-        members = [m.decode() for m in await self._redis.zrange(self._keys.replicas, 0, -1)]
+        raw_members: list[bytes] = await self._redis.zrange(self._keys.replicas, 0, -1)  # type: ignore[assignment]
+        members = [m.decode() for m in raw_members]
         others = [m for m in members if m != self.owner]
         raw = await self._redis.mget([self._keys.replica(m) for m in others]) if others else []
         found = [orjson.loads(r) for r in raw if r is not None]

@@ -38,7 +38,7 @@ key                                    type    meaning                          
 Keys outside any pool (``Q`` is ``<prefix>:{quota:<tenant>}``: a tenant's keys share one slot):
 
 =====================================  ======  ================================================  =========
-``Q:tenant:bucket``                    hash    r, t: requests and tokens held; at: last update   quota.lua
+``Q:tenant:bucket``                    hash    r, t: requests, tokens held; ra, ta: when         quota.lua
 ``Q:tenant:running``                   zset    request id -> expiry (renewed while it runs)      quota.lua
 ``Q:key:<id>:bucket``                  hash    the same, for one key of the tenant               quota.lua
 ``Q:key:<id>:running``                 zset    the same, for one key of the tenant               quota.lua

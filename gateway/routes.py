@@ -49,6 +49,7 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     trace = gw.telemetry.begin(headers, endpoint.operation, endpoint.value)
     try:
         principal = gw.auth.authenticate(headers.get("authorization"))
+        trace.principal(request_id, principal.tenant, principal.key_id)
         raw = await _read_body(request, gw.settings.max_body_bytes)
         req = parse(raw, endpoint, gw.settings.max_tokens_limit)
         timeout_ms = parse_int_header(headers.get("x-triage-timeout-ms"), "x-triage-timeout-ms")

@@ -9,11 +9,13 @@ from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator
 from gateway.drain import Drain
+from gateway.keystore import KeyStore
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.telemetry.hub import Telemetry
 from scheduler.backends.registry import BackendRegistry
 from scheduler.queue.dispatcher import Dispatcher
+from scheduler.quota import Quotas
 
 
 @dataclass(slots=True)
@@ -26,6 +28,8 @@ class Gateway:
     proxy: Proxy
     telemetry: Telemetry
     drain: Drain
+    keys: KeyStore
+    quotas: Quotas
 
     async def redis_ok(self) -> bool:
         try:

@@ -3,6 +3,7 @@
     SchedulerError
      ├── Rejected            refused before it was queued (nothing to undo)
      │    ├── QueueFull      the pool's or the tenant's queue is at its bound -> 429
+     │    ├── QuotaExceeded  a tenant's or key's rate, token or concurrency limit -> 429
      │    └── NoBackend      no backend serves the model -> 404
      │         └── BackendsDown  every backend of the model is down -> 503
      ├── Draining            this replica shuts down: its queued tickets are handed back -> 503
@@ -33,6 +34,18 @@ class QueueFull(Rejected):
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class QuotaExceeded(Rejected):
+    outcome: Outcome = Outcome.QUOTA
+
+    def __init__(
+        self, message: str, retry_after_s: float | None, headers: dict[str, str] | None = None, limit: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s  # None: no wait helps (the request exceeds the limit itself)
+        self.headers = headers or {}  # x-ratelimit-*
+        self.limit = limit  # requests | tokens | concurrent
 
 
 class NoBackend(Rejected):

@@ -113,7 +113,7 @@ class Scheduler:
 
     # -- the backend -------------------------------------------------------------------
     def route(self, adm: Admission, grant: Grant) -> Route:
-        backend = self.registry.backends[grant.backend].config
+        backend = self.registry.config_of(grant.backend)
         return Route(backend, engine_priority(adm.ticket) if backend.engine_priority else None)
 
     def retry(self, adm: Admission, failed: str) -> Admission | None:

@@ -229,6 +229,7 @@ class Outcome(enum.StrEnum):
     ERROR = "error"
     REJECTED = "rejected"
     QUEUE_FULL = "queue_full"
+    QUOTA = "quota"  # over a tenant's or a key's limit
     NO_BACKEND = "no_backend"
     EVICTED = "evicted"
     DEADLINE = "deadline"

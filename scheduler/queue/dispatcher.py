@@ -138,6 +138,15 @@ class Dispatcher:
                 waiter.future.set_exception(error())
                 handed += 1
         return handed
+    def add_pool(self, pool: str) -> None:
+        """A pool named by a reloaded config: its keys, its inbox task, its heartbeat."""
+        if pool in self._keys:
+            return
+        self._keys[pool] = PoolKeys(self._prefix, pool)
+        self._held[pool], self.quiet[pool], self._unreleased[pool] = {}, False, set()
+        self._drain[pool] = DrainRate()
+        if self._loops:  # started: listen at once
+            self._loops.append(asyncio.create_task(self._listen_inbox(pool), name=f"inbox-{pool}"))
 
     @property
     def queued_here(self) -> int:
@@ -358,7 +367,7 @@ class Dispatcher:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            for pool in self._keys:
+            for pool in list(self._keys):  # a reload may add a pool meanwhile
                 try:
                     await self.heartbeat(pool)
                 except RedisError as exc:

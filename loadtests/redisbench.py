@@ -94,14 +94,16 @@ def _ticket(tid: str, queued: bool = False) -> Ticket:
 
 
 async def _setup(scripts: Scripts, redis: Redis, keys: PoolKeys, backends: int, queued: int, slots: int) -> None:
-    for i in range(backends):
-        await scripts.set_backend(keys, OWNER, BackendRecord(f"b{i}", slots, models=(MODEL,), long_cap=0))
-    batch = 500
-    for start in range(0, queued, batch):
-        await asyncio.gather(*(
-            scripts.enqueue(keys, OWNER, _ticket(f"q{n}", queued=True), 0, 0)
-            for n in range(start, min(queued, start + batch))
-        ))
+    # queued while no slot is open (each enqueue then stops early, in every version), then opened
+    for limit in (0, slots):
+        for i in range(backends):
+            await scripts.set_backend(keys, OWNER, BackendRecord(f"b{i}", limit, models=(MODEL,), long_cap=0))
+        if limit == 0:
+            for start in range(0, queued, 8):
+                await asyncio.gather(*(
+                    scripts.enqueue(keys, OWNER, _ticket(f"q{n}", queued=True), 0, 0)
+                    for n in range(start, min(queued, start + 8))
+                ))
     if await redis.zcard(keys.queue) != queued:
         raise RuntimeError("the queued tickets did not stay queued")
 

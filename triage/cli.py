@@ -1,4 +1,4 @@
-"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead``,
+"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis``,
 ``predictor eval``, ``predictor finetune``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the

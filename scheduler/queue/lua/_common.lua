@@ -89,29 +89,29 @@ end
 -- A backend's state: what the registry sets (limit .. resume, models) and what the
 -- scripts count (busy .. granted), one field of one hash, so a dispatch reads the
 -- whole pool with one HGETALL and a grant writes one field.
+-- `models` is kept as written, between bars ("|m1|m2|"): serves() looks a model up in it.
+local BACKEND = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$'
+
 local function parse_backend(packed)
-  local f = fields(packed or '')
-  local b = {limit = tonumber(f[1]) or 0, down = f[2] == '1', weight = tonumber(f[3]) or 1,
-             speed = tonumber(f[4]) or 0, lcap = tonumber(f[5]), borrow = tonumber(f[6]) or 0,
-             resume = f[7] == '1', busy = tonumber(f[8]) or 0, work = tonumber(f[9]) or 0,
-             lbusy = tonumber(f[10]) or 0, borrowed = tonumber(f[11]) or 0, granted = tonumber(f[12]) or 0,
-             models = {}}
-  if b.lcap == nil then
-    b.lcap = b.limit
+  local f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, rest = string.match(packed or '', BACKEND)
+  if f1 == nil then
+    return {limit = 0, down = false, weight = 1, speed = 0, lcap = 0, borrow = 0, resume = false, busy = 0,
+            work = 0, lbusy = 0, borrowed = 0, granted = 0, models = '|'}
   end
-  for i = 13, #f do
-    b.models[#b.models + 1] = f[i]
-  end
-  return b
+  local limit = tonumber(f1) or 0
+  return {limit = limit, down = f2 == '1', weight = tonumber(f3) or 1, speed = tonumber(f4) or 0,
+          lcap = tonumber(f5) or limit, borrow = tonumber(f6) or 0, resume = f7 == '1', busy = tonumber(f8) or 0,
+          work = tonumber(f9) or 0, lbusy = tonumber(f10) or 0, borrowed = tonumber(f11) or 0,
+          granted = tonumber(f12) or 0, models = rest .. '|'}
+end
+
+local function serves(b, model)
+  return string.find(b.models, '|' .. model .. '|', 1, true) ~= nil
 end
 
 local function pack_backend(b)
-  local out = {b.limit, flag(b.down), b.weight, b.speed, b.lcap, b.borrow, flag(b.resume), b.busy, b.work,
-               b.lbusy, b.borrowed, b.granted}
-  for _, model in ipairs(b.models) do
-    out[#out + 1] = model
-  end
-  return table.concat(out, '|')
+  return table.concat({b.limit, flag(b.down), b.weight, b.speed, b.lcap, b.borrow, flag(b.resume), b.busy,
+                       b.work, b.lbusy, b.borrowed, b.granted}, '|') .. string.sub(b.models, 1, -2)
 end
 
 local function grant_message(lid, l)

@@ -38,14 +38,7 @@ local function pick_backend(C, t)
   local best, best_load, best_busy, best_borrowed = nil, nil, nil, false
   for name, b in pairs(all_slots(C.S)) do
     if free_slots(b) > 0 and known[name] and name ~= t.avoid then
-      local serves = false
-      for _, model in ipairs(b.models) do
-        if model == t.model then
-          serves = true
-          break
-        end
-      end
-      local ok, borrowed = serves, false
+      local ok, borrowed = serves(b, t.model), false
       if ok and t.restricted then
         ok, borrowed = restricted_fits(C, b)
       end
@@ -97,12 +90,8 @@ local function pick_victim(C, t, tscore)
   local eligible = {}
   local known = reach(C, t.owner)
   for name, b in pairs(all_slots(C.S)) do
-    if name ~= t.avoid and b.resume and not b.down and known[name] then
-      for _, model in ipairs(b.models) do
-        if model == t.model then
-          eligible[name] = true
-        end
-      end
+    if name ~= t.avoid and b.resume and not b.down and known[name] and serves(b, t.model) then
+      eligible[name] = true
     end
   end
   local best, best_attained, best_lease = nil, nil, nil

@@ -19,10 +19,11 @@ if tonumber(ARGV[a + 4]) > 0 then
   b.speed = tonumber(ARGV[a + 4])
 end
 b.lcap, b.borrow, b.resume = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
-b.models = {}
+local models = {''}
 for i = a + 8, #ARGV do
-  b.models[#b.models + 1] = ARGV[i]
+  models[#models + 1] = ARGV[i]
 end
+b.models = table.concat(models, '|') .. '|'
 touch(C.S, name)
 if not reach(C, C.me)[name] then
   local known = redis.call('HGET', K.reach, C.me)

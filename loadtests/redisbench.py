@@ -113,7 +113,9 @@ async def measure(
     source: Callable[[str], str] | None = None,
 ) -> Row:
     """One row: a fresh pool under its own prefix, measured, then deleted."""
-    redis = Redis.from_pool(BlockingConnectionPool.from_url(url, max_connections=concurrency + 2))
+    redis = Redis.from_pool(BlockingConnectionPool.from_url(
+        url, max_connections=concurrency + 2, socket_timeout=120, timeout=120,  # a busy machine stalls
+    ))
     timing = Timing(lease_ttl_s=HOUR, owner_ttl_s=HOUR, max_scan=64)
     scripts = Scripts(redis, timing) if source is None else Scripts(redis, timing, source)
     keys = PoolKeys(f"bench{uuid.uuid4().hex[:8]}", "p")

@@ -112,8 +112,9 @@ async def test_an_eviction_lua_sent_parses(redis: Redis, keys: PoolKeys) -> None
     scripts = Scripts(redis, Timing(30.0, 30.0, 64))
     await scripts.set_backend(keys, ME, BackendRecord("b1", 0, models=("m",)))
     await scripts.enqueue(keys, ME, ticket("t1", timeout_s=0.001, restricted=False), 0, 0)
-    # a slot on a backend that does not serve its model, so a dispatch meets the ticket and cannot grant it
-    await scripts.set_backend(keys, ME, BackendRecord("b2", 1, models=("other",)))
+    # a slot on a backend that does not serve its model, so a dispatch meets the ticket and cannot grant
+    # it; written as it is, without a dispatch, so the first one to meet the ticket is a release below
+    await redis.hset(keys.backends, "b2", pack_backend(BackendState(1, lcap=1, models=("other",))))
     for _ in range(100_000):  # until its 1 ms deadline has passed on Redis's clock
         if messages := await scripts.release(keys, ME, "none"):
             break

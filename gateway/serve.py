@@ -12,14 +12,24 @@ from contextlib import ExitStack
 
 import redis
 
+from gateway import redis_client
 from gateway.settings import BackendSettings, ConfigError, Settings
 
 
 def _check_redis(url: str) -> None:
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+        redis_client.check(url)
     except (redis.RedisError, ValueError) as exc:
-        raise ConfigError(f"redis_url: cannot reach {url} ({exc})") from None
+        where = redis_client.parse(url).describe() if _parses(url) else url
+        raise ConfigError(f"redis_url: cannot reach {where} ({exc})") from None
+
+
+def _parses(url: str) -> bool:
+    try:
+        redis_client.parse(url)
+    except ValueError:
+        return False
+    return True
 
 
 def _banner(settings: Settings, embedded: list[str]) -> str:

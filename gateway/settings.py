@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway import redis_client
 from scheduler.policy.order import PolicyName
 
 
@@ -139,6 +140,13 @@ class Settings(BaseSettings):
     # embedded defaults (no backends configured)
     simulator_profile: str = "llama-8b-h100"
     simulator_model: str = "sim-model"
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value:
+            redis_client.parse(value)  # one server, redis+cluster:// or redis+sentinel:// (ValueError)
+        return value
 
     @field_validator("predictor_weights", mode="before")
     @classmethod

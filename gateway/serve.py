@@ -5,10 +5,12 @@ with no backends, one simulated backend. Ctrl-C stops the gateway and everything
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import redis
 
@@ -82,12 +84,45 @@ def run(settings: Settings) -> None:
             embedded.append(
                 f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
             )
+        if settings.workers > 1:
+            embedded.append(f"{settings.workers} worker processes, each a full replica (own owner id, inbox, heartbeat)")
         print(_banner(settings, embedded), flush=True)
+        if settings.workers > 1:
+            _run_workers(settings)
+            return
         config = uvicorn.Config(
             create_app(settings), host=settings.host, port=settings.port, log_level="info",
             access_log=settings.access_log, timeout_graceful_shutdown=10,
         )
         _quiet_stop_server()(config).run()
+
+
+def worker_app(settings_json: str) -> Any:
+    """The app of one worker process (uvicorn's factory): its own replica of the gateway."""
+    from gateway.app import create_app
+
+    return create_app(Settings.model_validate_json(settings_json))
+
+
+def _run_workers(settings: Settings) -> None:
+    """``workers`` processes share one listening socket, bound here; the embedded servers
+    started above are shared by all. uvicorn's supervisor restarts a worker that dies and
+    stops them all on Ctrl-C / SIGTERM. Each worker builds its app itself (a factory, so
+    nothing but the settings crosses the process boundary) and so is a replica of its own:
+    its owner id, inbox and heartbeat, like a gateway on another host."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        functools.partial(worker_app, settings.model_dump_json()), factory=True, workers=settings.workers,
+        host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log,
+        timeout_graceful_shutdown=10,
+    )
+    sock = config.bind_socket()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
 
 
 def _quiet_stop_server() -> type:

@@ -74,6 +74,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     redis_url: str | None = None  # omitted: an embedded Valkey server is started
+    workers: int = Field(default=1, ge=1, le=64)  # processes on one port, each a full replica
     key_prefix: str = Field(default="triage", pattern=r"^[A-Za-z0-9_.:-]+$")
     policy: PolicyName = PolicyName.SHORT_FIRST
     allow_oracle: bool = False  # the oracle policy trusts a header: benchmarks only

@@ -18,7 +18,7 @@ from gateway.settings import ConfigError, load_settings
 def serve(args: argparse.Namespace) -> int:
     from gateway.serve import run
 
-    run(load_settings(args.config, host=args.host, port=args.port, policy=args.policy))
+    run(load_settings(args.config, host=args.host, port=args.port, policy=args.policy, workers=args.workers))
     return 0
 
 
@@ -74,6 +74,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--policy", choices=["fifo", "short_first", "strict_priority", "oracle"], default=None)
+    p.add_argument("--workers", type=int, default=None, help="worker processes on the port, each a full replica")
     p.set_defaults(func=serve)
 
     p = sub.add_parser("sim", help="run one simulated GPU backend")

@@ -1,4 +1,4 @@
-"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead``,
+"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|fleet``,
 ``predictor eval``, ``predictor finetune``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the
@@ -56,6 +56,12 @@ def bench_overhead(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def bench_fleet(args: argparse.Namespace) -> int:
+    from loadtests.fleet import run
+
+    return run(args)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The flags of the load tools are added only when ``command`` needs them: their
     imports (plotting, progress bars) would slow every ``triage serve``."""
@@ -64,6 +70,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     load_tools = command in ("loadtest", "bench")
     if load_tools:
         from loadtests.cli import add_compare_arguments, add_loadtest_arguments
+        from loadtests.fleet import add_arguments as add_fleet_arguments
         from loadtests.overhead.cli import add_arguments as add_overhead_arguments
 
     parser = argparse.ArgumentParser(prog="triage", description="Priority-scheduling gateway for LLM inference")
@@ -96,6 +103,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if load_tools:
         add_overhead_arguments(b)
     b.set_defaults(func=bench_overhead)
+    b = bsub.add_parser("fleet", help="many gateway replicas and many backends on one Redis: limits, order, Redis CPU")
+    if load_tools:
+        add_fleet_arguments(b)
+    b.set_defaults(func=bench_fleet)
 
     p = sub.add_parser("predictor", help="the output-length predictor")
     psub = p.add_subparsers(dest="action", required=True)

@@ -23,7 +23,9 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +38,10 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from gateway.embedded import EmbeddedRedis, free_port
-from loadtests.fleet_watch import QueueWatch, server_counters, server_delta
+from gateway.embedded import EmbeddedRedis, await_http_ready, free_port, stop_child
+from loadtests.fleet_watch import QueueWatch, idle_rates, server_counters, server_delta
 from loadtests.metrics import percentile
-from loadtests.stack import Child, gateway
+from loadtests.stack import Child, StackError, gateway
 from scheduler.queue.keys import PoolKeys
 
 
@@ -48,15 +50,16 @@ class FleetConfig:
     replicas: int = 8
     backends: int = 64
     pools: int = 4
-    max_concurrency: int = 2  # per backend, the global limit under test
-    rps: float = 100.0
-    duration_s: float = 30.0
-    time_scale: float = 10.0  # the fast profile, this many times slower
-    min_tokens: int = 16
-    max_tokens: int = 256
+    max_concurrency: int = 1  # per backend, the global limit under test
+    rps: float = 45.0  # a little above what 64 slots serve at ~1.6 s a request: queues form
+    duration_s: float = 20.0
+    time_scale: float = 40.0  # the fast profile, this many times slower (fewer engine steps to simulate)
+    min_tokens: int = 8
+    max_tokens: int = 72
     sims_per_process: int = 16
     seed: int = 1
     watch_interval_s: float = 0.02
+    idle_s: float = 5.0  # Redis's background cost is measured this long before the load
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -117,35 +120,52 @@ def run_fleet(cfg: FleetConfig, workdir: Path, stack: ExitStack) -> dict[str, An
     conf = {"host": "127.0.0.1", "redis_url": redis_url, "key_prefix": prefix, "backends": backends,
             "probe_interval_s": 10.0}
     children = [gateway({**conf, "port": free_port()}, f"gateway-{i}", workdir) for i in range(cfg.replicas)]
-    for child in children:
-        stack.callback(child.stop)
+    stack.callback(stop_all, children)
     _log(f"starting {cfg.replicas} gateways")
     with ThreadPoolExecutor(len(children)) as pool:
         urls = list(pool.map(lambda c: c.start("/ready", timeout_s=120), children))
     return asyncio.run(_load(cfg, urls, sims, redis_url, prefix))
 
 
-def start_simulators(cfg: FleetConfig, logs: Path, stack: ExitStack) -> list[str]:
-    ports = [free_port() for _ in range(cfg.backends)]
-    groups: list[list[int]] = []
-    for i, port in enumerate(ports):  # a process serves backends of one pool (one model)
-        if not groups or len(groups[-1]) == cfg.sims_per_process or pool_of(i, cfg) != pool_of(i - 1, cfg):
-            groups.append([])
-        groups[-1].append(port)
-    children = []
-    first = 0
-    for g, group in enumerate(groups):
-        model = f"m{pool_of(first, cfg)}"
-        first += len(group)
-        cmd = [sys.executable, "-m", "simulator.fleet", "--ports", ",".join(map(str, group)), "--host", "127.0.0.1",
-               "--profile", "fast", "--model", model, "--max-num-seqs", "64", "--time-scale", str(cfg.time_scale),
-               "--seed", str(cfg.seed * 1000 + g * 100)]
-        child = Child(f"simulators {g}", cmd, f"http://127.0.0.1:{group[-1]}", logs / f"simulators-{g}.log")
-        stack.callback(child.stop)
-        children.append(child)
+def stop_all(children: list[Child]) -> None:
+    """Stop children side by side (each by its PID): one after another, their graceful
+    shutdowns would add up."""
     with ThreadPoolExecutor(len(children)) as pool:
-        list(pool.map(lambda c: c.start("/health", timeout_s=120), children))
-    return [f"http://127.0.0.1:{p}" for p in ports]
+        list(pool.map(lambda c: c.stop(), children))
+
+
+def start_simulators(cfg: FleetConfig, logs: Path, stack: ExitStack) -> list[str]:
+    """One process per group of at most ``sims_per_process`` backends of one pool (one model);
+    each binds its own free ports and writes them to a file (no race for a port)."""
+    groups: list[tuple[int, int]] = []  # (pool, backends)
+    for i in range(cfg.backends):
+        if not groups or groups[-1][1] == cfg.sims_per_process or pool_of(i, cfg) != groups[-1][0]:
+            groups.append((pool_of(i, cfg), 0))
+        groups[-1] = (groups[-1][0], groups[-1][1] + 1)
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    for g, (pool, count) in enumerate(groups):
+        ports_file = logs / f"simulators-{g}.ports"
+        ports_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "simulator.fleet", "--count", str(count), "--ports-file", str(ports_file),
+               "--host", "127.0.0.1", "--profile", "fast", "--model", f"m{pool}", "--max-num-seqs", "64",
+               "--time-scale", str(cfg.time_scale), "--seed", str(cfg.seed * 1000 + g * 100)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIAGE_")}
+        with (logs / f"simulators-{g}.log").open("ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        stack.callback(stop_child, proc)
+        procs.append((proc, ports_file))
+    urls: list[tuple[str, subprocess.Popen[bytes]]] = []
+    deadline = time.monotonic() + 120
+    for g, (proc, ports_file) in enumerate(procs):
+        while not ports_file.exists():  # a child starting up gives nothing to block on: poll, bounded
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise StackError(f"simulators {g} did not start; see {logs / f'simulators-{g}.log'}")
+            time.sleep(0.1)
+        urls += [(f"http://127.0.0.1:{int(p)}", proc) for p in ports_file.read_text().split()]
+    for url, proc in urls:
+        if not await_http_ready(proc, url + "/health", 60):
+            raise StackError(f"simulator {url} did not answer /health; see {logs}")
+    return [url for url, _ in urls]
 
 
 async def _load(cfg: FleetConfig, gateways: list[str], sims: list[str], redis_url: str, prefix: str) -> dict[str, Any]:
@@ -157,7 +177,10 @@ async def _load(cfg: FleetConfig, gateways: list[str], sims: list[str], redis_ur
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=512)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits, trust_env=False) as http:
         await _reset_peaks(http, sims)
+        idle_from = await server_counters(redis)
+        await asyncio.sleep(cfg.idle_s)  # a measurement window: Redis's cost with no requests
         before = await server_counters(redis)
+        idle = idle_rates(idle_from, before, cfg.idle_s)
         watcher = asyncio.create_task(watch.run())
         started = time.monotonic()
         _log(f"load: {cfg.rps:g} requests/s for {cfg.duration_s:g} s over {len(gateways)} replicas")
@@ -183,7 +206,7 @@ async def _load(cfg: FleetConfig, gateways: list[str], sims: list[str], redis_ur
         peaks = await asyncio.gather(*(_peak(http, s) for s in sims))
     left = await _leases_left(redis, prefix, pools)
     await redis.aclose()
-    return _summary(cfg, records, wall, peaks, watch, server_delta(before, after, _ok(records), wall), left)
+    return _summary(cfg, records, wall, peaks, watch, server_delta(before, after, _ok(records), wall, idle), left)
 
 
 async def _one(http: httpx.AsyncClient, gateway: str, model: str, tokens: int, i: int,
@@ -274,9 +297,15 @@ def markdown(r: dict[str, Any]) -> str:
                                                     f"(most queued at once: {inv['max_queued']})"),
         ("queue wait p50 / p99 (ms)", f"{r['queue_p50_ms']} / {r['queue_p99_ms']}"),
         ("E2E p50 / p99 (s)", f"{r['e2e_p50_s']} / {r['e2e_p99_s']}"),
-        ("Redis CPU per request (ms)", f"{r['redis_cpu_ms_per_request']}"),
+        ("Redis CPU per request (ms): all / net of background", f"{r['redis_cpu_ms_per_request']} / "
+                                                                  f"{r.get('net_redis_cpu_ms_per_request')}"),
+        ("Redis background (no requests): core share, commands/s",
+         f"{r.get('idle', {}).get('redis_core_share')}, {r.get('idle', {}).get('commands_per_s')}"),
         ("Redis core share during the run", f"{r['redis_core_share']}"),
-        ("Redis commands / scripts per request", f"{r['redis_commands_per_request']} / {r['redis_scripts_per_request']}"),
+        ("Redis commands / scripts per request: all", f"{r['redis_commands_per_request']} / "
+                                                      f"{r['redis_scripts_per_request']}"),
+        ("Redis commands / scripts per request: net of background",
+         f"{r.get('net_redis_commands_per_request')} / {r.get('net_redis_scripts_per_request')}"),
         ("leases left afterwards", f"{r['leases_left']}"),
     ]
     return "\n".join(["| figure | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows]])

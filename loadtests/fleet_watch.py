@@ -105,21 +105,45 @@ async def server_counters(redis: Redis) -> dict[str, Any]:
     return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), "commands": commands}
 
 
-def server_delta(before: dict[str, Any], after: dict[str, Any], requests: int, wall_s: float) -> dict[str, Any]:
-    """Redis's cost per request over the run. ``zrange`` is the watcher's (the gateway never
-    reads a whole queue) and ``info`` is ours: both are left out of the per-request figures."""
+def _calls(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
     calls: dict[str, int] = {}
     usec: dict[str, int] = {}
     for name, (n, us) in after["commands"].items():
         n0, us0 = before["commands"].get(name, (0, 0))
         if n - n0 > 0:
             calls[name], usec[name] = n - n0, us - us0
-    ours = {"zrange", "info"}
-    cpu_s = after["cpu_s"] - before["cpu_s"]
-    watch_s = sum(usec.get(n, 0) for n in ours) / 1e6
-    gateway_calls = {n: c for n, c in calls.items() if n not in ours}
-    per = max(requests, 1)
+    return calls, usec
+
+
+_OURS = {"zrange", "info"}  # the watcher's reads and our own INFO: never the gateway's
+
+
+def idle_rates(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """What Redis spends per second with nobody sending requests: heartbeats, and every
+    replica publishing every backend each probe round (each publish is a script that
+    dispatches)."""
+    calls, usec = _calls(before, after)
+    watch_s = sum(usec.get(n, 0) for n in _OURS) / 1e6
     return {
+        "seconds": round(seconds, 2),
+        "cpu_s_per_s": (after["cpu_s"] - before["cpu_s"] - watch_s) / seconds,
+        "calls_per_s": {n: c / seconds for n, c in calls.items() if n not in _OURS},
+    }
+
+
+def server_delta(before: dict[str, Any], after: dict[str, Any], requests: int, wall_s: float,
+                 idle: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Redis's cost per request over the run. ``zrange`` is the watcher's (the gateway never
+    reads a whole queue) and ``info`` is ours: both are left out. With ``idle`` (from
+    :func:`idle_rates`), the ``net`` figures also take out what the background work would
+    have cost over the same time, leaving what the requests themselves cost."""
+    calls, usec = _calls(before, after)
+    cpu_s = after["cpu_s"] - before["cpu_s"]
+    watch_s = sum(usec.get(n, 0) for n in _OURS) / 1e6
+    gateway_calls = {n: c for n, c in calls.items() if n not in _OURS}
+    scripts = sum(c for n, c in gateway_calls.items() if n in ("evalsha", "eval"))
+    per = max(requests, 1)
+    out = {
         "redis_cpu_s": round(cpu_s, 3),
         "redis_cpu_watch_s": round(watch_s, 3),
         "redis_cpu_ms_per_request": round((cpu_s - watch_s) * 1000 / per, 4),
@@ -127,7 +151,19 @@ def server_delta(before: dict[str, Any], after: dict[str, Any], requests: int, w
         "redis_script_usec_per_request": round(  # time inside EVALSHA (its commands included)
             sum(us for n, us in usec.items() if n in ("evalsha", "eval")) / per, 1),
         "redis_commands_per_request": round(sum(gateway_calls.values()) / per, 2),
-        "redis_scripts_per_request": round(
-            sum(c for n, c in gateway_calls.items() if n in ("evalsha", "eval")) / per, 2),
+        "redis_scripts_per_request": round(scripts / per, 2),
         "redis_calls": dict(sorted(gateway_calls.items())),
     }
+    if idle is not None:
+        bg_cpu = idle["cpu_s_per_s"] * wall_s
+        bg_calls = {n: r * wall_s for n, r in idle["calls_per_s"].items()}
+        net_calls = sum(gateway_calls.values()) - sum(bg_calls.values())
+        net_scripts = scripts - sum(v for n, v in bg_calls.items() if n in ("evalsha", "eval"))
+        out.update({
+            "idle": {"seconds": idle["seconds"], "redis_core_share": round(idle["cpu_s_per_s"], 4),
+                     "commands_per_s": round(sum(idle["calls_per_s"].values()), 1)},
+            "net_redis_cpu_ms_per_request": round((cpu_s - watch_s - bg_cpu) * 1000 / per, 4),
+            "net_redis_commands_per_request": round(net_calls / per, 2),
+            "net_redis_scripts_per_request": round(net_scripts / per, 2),
+        })
+    return out

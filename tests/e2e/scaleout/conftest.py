@@ -26,13 +26,13 @@ def _binary() -> str:
     return binary
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     with running_cluster(_binary()) as c:
         yield c
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sentinel() -> Iterator[SentinelGroup]:
     with running_sentinel(_binary()) as g:
         yield g

@@ -133,8 +133,10 @@ class _BoundedCluster(RedisCluster):
             return await super().execute_command(*args, **kwargs)
 
 
-def _retry(retries: int) -> Retry:
-    return Retry(ExponentialBackoff(cap=0.5, base=0.02), retries=retries)  # the asyncio Retry: it awaits
+def _retry(retries: int, cap_s: float = 0.5) -> Retry:
+    """The asyncio Retry (it awaits). Twice for one server (a restart); more, with a longer
+    cap, for a cluster or Sentinel, whose failover takes a moment to settle."""
+    return Retry(ExponentialBackoff(cap=cap_s, base=0.01), retries=retries)
 
 
 def command_client(url: str, name: str, max_connections: int = 64) -> Redis:
@@ -146,7 +148,7 @@ def command_client(url: str, name: str, max_connections: int = 64) -> Redis:
     target = parse(url)
     if target.kind == SINGLE:
         return Redis.from_pool(BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=5, health_check_interval=10, retry=_retry(2),
+            url, max_connections=max_connections, timeout=5, health_check_interval=10, retry=_retry(2, 0.2),
             client_name=name, retry_on_error=_RETRY_ON,
         ))
     if target.kind == CLUSTER:

@@ -60,19 +60,30 @@ class _Servers:
     binary: str
     workdir: Path
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    bus: dict[int, int] = field(default_factory=dict)  # port -> the bus port offered to it
 
-    def start(self, port: int, *args: str, config: str | None = None) -> None:
-        log = open(self.workdir / f"{port}.log", "wb")  # noqa: SIM115 - closed with the process
-        argv = [self.binary]
-        if config is not None:
-            path = self.workdir / f"{port}.conf"
-            path.write_text(config)
-            argv.append(str(path))
-        argv += ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(self.workdir), *args]
-        self.procs[port] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        wait_for(lambda: client(port).ping(), 15, f"server on port {port}")
+    def start(self, *args: str, config: str | None = None) -> int:
+        """Start one server on a free port (``{port}`` in an argument is replaced by it, ``{bus}``
+        by another free port: a cluster node's bus, which by default would be port + 10000); its port. A port taken by another process between
+        the choice and the bind makes the server exit: then another port is tried."""
+        for _ in range(3):
+            port, bus = free_port(), free_port()
+            log = open(self.workdir / f"{port}.log", "wb")  # noqa: SIM115 - closed with the process
+            argv = [self.binary]
+            if config is not None:
+                path = self.workdir / f"{port}.conf"
+                path.write_text(config)
+                argv.append(str(path))
+            argv += ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                     "--dir", str(self.workdir), *[a.replace("{port}", str(port)).replace("{bus}", str(bus)) for a in args]]
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+            self.procs[port] = proc
+            self.bus[port] = bus
+            wait_for(lambda p=port, c=proc: c.poll() is not None or client(p).ping(), 60, f"server on port {port}")
+            if proc.poll() is None:
+                return port
+        raise RuntimeError(f"no server could start; see the logs in {self.workdir}")
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -110,14 +121,12 @@ def running_cluster(binary: str, node_timeout_ms: int = 2000) -> Iterator[Cluste
     with tempfile.TemporaryDirectory(prefix="triage-cluster-") as tmp:
         servers = _Servers(binary, Path(tmp))
         try:
-            ports = [free_port() for _ in range(6)]
-            for port in ports:
-                servers.start(port, "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
-                              "--cluster-node-timeout", str(node_timeout_ms))
+            ports = [servers.start("--cluster-enabled", "yes", "--cluster-config-file", "nodes-{port}.conf",
+                                   "--cluster-port", "{bus}", "--cluster-node-timeout", str(node_timeout_ms)) for _ in range(6)]
             masters, replicas = ports[:3], ports[3:]
             first = client(ports[0])
             for port in ports[1:]:
-                first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+                first.execute_command("CLUSTER", "MEET", "127.0.0.1", port, servers.bus[port])
             step = SLOTS // 3
             for i, port in enumerate(masters):
                 end = SLOTS - 1 if i == 2 else (i + 1) * step - 1
@@ -174,17 +183,14 @@ def running_sentinel(binary: str, master_name: str = "triage") -> Iterator[Senti
     with tempfile.TemporaryDirectory(prefix="triage-sentinel-") as tmp:
         servers = _Servers(binary, Path(tmp))
         try:
-            master, replica = free_port(), free_port()
-            servers.start(master)
-            servers.start(replica, "--replicaof", "127.0.0.1", str(master))
+            master = servers.start()
+            replica = servers.start("--replicaof", "127.0.0.1", str(master))
             wait_for(lambda: client(replica).info("replication").get("master_link_status") == "up", 30,
                      "replica in sync")
-            sentinels = [free_port() for _ in range(3)]
             conf = (f"sentinel monitor {master_name} 127.0.0.1 {master} 2\n"
                     f"sentinel down-after-milliseconds {master_name} 2000\n"
                     f"sentinel failover-timeout {master_name} 10000\n")
-            for port in sentinels:
-                servers.start(port, "--sentinel", config=conf)
+            sentinels = [servers.start("--sentinel", config=conf) for _ in range(3)]
             group = SentinelGroup(
                 f"redis+sentinel://{','.join(f'127.0.0.1:{p}' for p in sentinels)}/{master_name}",
                 master_name, (master, replica), tuple(sentinels),

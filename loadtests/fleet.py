@@ -124,7 +124,10 @@ def run_fleet(cfg: FleetConfig, workdir: Path, stack: ExitStack) -> dict[str, An
     _log(f"starting {cfg.replicas} gateways")
     with ThreadPoolExecutor(len(children)) as pool:
         urls = list(pool.map(lambda c: c.start("/ready", timeout_s=120), children))
-    return asyncio.run(_load(cfg, urls, sims, redis_url, prefix))
+    mirror = EmbeddedRedis()  # the watcher reads a replica: its reads cost the measured server nothing
+    mirror_url = mirror.start()
+    stack.callback(mirror.stop)
+    return asyncio.run(_load(cfg, urls, sims, redis_url, mirror_url, prefix))
 
 
 def stop_all(children: list[Child]) -> None:
@@ -168,11 +171,24 @@ def start_simulators(cfg: FleetConfig, logs: Path, stack: ExitStack) -> list[str
     return [url for url, _ in urls]
 
 
-async def _load(cfg: FleetConfig, gateways: list[str], sims: list[str], redis_url: str, prefix: str) -> dict[str, Any]:
+async def _replica_of(mirror: Redis, redis_url: str) -> None:
+    host, port = redis_url.split("//")[1].split("/")[0].split(":")
+    await mirror.execute_command("REPLICAOF", host, port)
+    deadline = time.monotonic() + 30
+    while (await mirror.info("replication")).get("master_link_status") != "up":  # the sync: poll, bounded
+        if time.monotonic() > deadline:
+            raise StackError("the watcher's replica did not sync within 30 s")
+        await asyncio.sleep(0.1)
+
+
+async def _load(cfg: FleetConfig, gateways: list[str], sims: list[str], redis_url: str, mirror_url: str,
+                prefix: str) -> dict[str, Any]:
     rng = random.Random(cfg.seed)
     redis = Redis.from_url(redis_url)
+    mirror = Redis.from_url(mirror_url)
+    await _replica_of(mirror, redis_url)
     pools = [f"p{j}" for j in range(cfg.pools)]
-    watch = QueueWatch(redis, prefix, pools, cfg.watch_interval_s)
+    watch = QueueWatch(mirror, prefix, pools, cfg.watch_interval_s)
     records: list[dict[str, Any]] = []
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=512)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits, trust_env=False) as http:
@@ -206,6 +222,7 @@ async def _load(cfg: FleetConfig, gateways: list[str], sims: list[str], redis_ur
         peaks = await asyncio.gather(*(_peak(http, s) for s in sims))
     left = await _leases_left(redis, prefix, pools)
     await redis.aclose()
+    await mirror.aclose()
     return _summary(cfg, records, wall, peaks, watch, server_delta(before, after, _ok(records), wall, idle), left)
 
 
@@ -294,7 +311,8 @@ def markdown(r: dict[str, Any]) -> str:
                                                f"{r['backends_at_limit']} of {c['backends']} reached it, "
                                                f"{r['backends_over_limit']} passed it"),
         ("priority inversions beyond one dispatch", f"{inv['inverted']} of {inv['grants_seen']} grants seen "
-                                                    f"(most queued at once: {inv['max_queued']})"),
+                                                    f"({inv['reads']} reads; most queued at once: "
+                                                    f"{inv['max_queued']}; {inv['requeued']} dropped and queued again)"),
         ("queue wait p50 / p99 (ms)", f"{r['queue_p50_ms']} / {r['queue_p99_ms']}"),
         ("E2E p50 / p99 (s)", f"{r['e2e_p50_s']} / {r['e2e_p99_s']}"),
         ("Redis CPU per request (ms): all / net of background", f"{r['redis_cpu_ms_per_request']} / "

@@ -7,8 +7,11 @@ queue (it was granted: the benchmark cancels nothing) while a ticket with a *bet
 queued in both reads was granted out of order: the better ticket waited through every dispatch
 in between, so the inversion spans more than one dispatch. A dispatch is atomic and walks the
 queue best first, so with one model per pool and no slot reservation the count should be zero;
-anything else is a bug worth a report. The reads cost Redis time of their own: their
-``zrange`` time (from ``commandstats``) is reported and taken out of the per-request figure.
+anything else is a bug worth a report. A ticket that leaves and comes back was dropped (its
+replica's heartbeat lapsed) and queued again, not granted: it is taken out of the count.
+The reads go to a replica of the server (``bench fleet`` starts one), so they cost the
+measured server nothing; a replica applies the master's writes in order, so each read is a
+state the master was in.
 """
 
 from __future__ import annotations
@@ -25,22 +28,34 @@ from scheduler.queue.keys import PoolKeys
 
 @dataclass(slots=True)
 class Inversions:
-    grants_seen: int = 0  # tickets seen leaving a queue between two reads
+    grants_seen: int = 0  # tickets seen leaving a queue between two reads (and not coming back)
     inverted: int = 0  # of those, granted while a better-scored ticket stayed queued
     overtaken_pairs: int = 0  # (granted, better ticket left waiting) pairs
     worst_overtaken: int = 0  # the most better tickets one grant jumped
+    requeued: int = 0  # tickets that left and came back (dropped, then queued again): no grant
     reads: int = 0
     max_queued: int = 0
+    _left: dict[bytes, int] = field(default_factory=dict, repr=False)  # ticket -> better ones it passed
 
     def observe(self, before: dict[bytes, float], after: dict[bytes, float]) -> None:
         self.reads += 1
         self.max_queued = max(self.max_queued, len(after))
+        for ticket in after.keys() & self._left.keys():
+            # it left without a grant: a dispatch drops the ticket of a replica whose heartbeat
+            # lapsed, and that replica queues it again (same id, same score)
+            passed = self._left.pop(ticket)
+            self.requeued += 1
+            self.grants_seen -= 1
+            if passed:
+                self.inverted -= 1
+                self.overtaken_pairs -= passed
         stayed = sorted(score for ticket, score in before.items() if ticket in after)
         for ticket, score in before.items():
             if ticket in after:
                 continue
             self.grants_seen += 1
             better = bisect.bisect_left(stayed, score)
+            self._left[ticket] = better
             if better:
                 self.inverted += 1
                 self.overtaken_pairs += better
@@ -51,6 +66,7 @@ class Inversions:
         self.inverted += other.inverted
         self.overtaken_pairs += other.overtaken_pairs
         self.worst_overtaken = max(self.worst_overtaken, other.worst_overtaken)
+        self.requeued += other.requeued
         self.reads = max(self.reads, other.reads)
         self.max_queued = max(self.max_queued, other.max_queued)
 

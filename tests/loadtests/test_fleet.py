@@ -61,3 +61,11 @@ def test_a_small_fleet_run(tmp_path: Path) -> None:
     assert result["leases_left"] == 0
     assert result["inversions"]["inverted"] == 0
     assert result["redis_scripts_per_request"] >= 2  # enqueue and release, at least
+
+
+def test_a_ticket_that_leaves_and_comes_back_was_not_granted() -> None:
+    inv = Inversions()
+    inv.observe({b"a": 1, b"b": 2}, {b"a": 1})  # b left past a: counted, for now
+    assert (inv.grants_seen, inv.inverted) == (1, 1)
+    inv.observe({b"a": 1}, {b"a": 1, b"b": 2})  # b is back (dropped, queued again): no grant
+    assert (inv.grants_seen, inv.inverted, inv.overtaken_pairs, inv.requeued) == (0, 0, 0, 1)

@@ -49,6 +49,7 @@ def run(settings: Settings) -> None:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.connections import server_options
     from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
 
     embedded: list[str] = []
@@ -74,8 +75,7 @@ def run(settings: Settings) -> None:
             )
         print(_banner(settings, embedded), flush=True)
         config = uvicorn.Config(
-            create_app(settings), host=settings.host, port=settings.port, log_level="info",
-            access_log=settings.access_log, timeout_graceful_shutdown=10,
+            create_app(settings), log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
         )
         _quiet_stop_server()(config).run()
 

@@ -65,6 +65,7 @@ class ApiKeySettings(BaseModel):
     tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     tier: str = "interactive"
     admin: bool = False
+    trust_hints: bool = False  # may send x-triage-expected-tokens (else the header is ignored)
 
 
 class Settings(BaseSettings):
@@ -132,6 +133,13 @@ class Settings(BaseSettings):
     max_tokens_limit: int = Field(default=1_000_000, ge=1)
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     access_log: bool = False
+
+    # slow, idle and too many clients (gateway/connections.py; docs/configuration.md)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head, from its first byte
+    body_timeout_s: float = Field(default=30.0, gt=0)  # the whole body, once the head is in
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)  # idle between requests on one connection
+    max_connections: int = Field(default=1000, ge=0)  # per replica; past it 503 (not /health); 0: no cap
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)  # request line and headers
 
     # telemetry (exporters follow the standard OTEL_* environment; see gateway/telemetry/hub.py)
     trace_content: bool = False  # record prompts and completions on spans: they may hold personal data

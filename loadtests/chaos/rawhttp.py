@@ -35,7 +35,7 @@ class Reply:
         return None
 
 
-async def _read_reply(reader: asyncio.StreamReader, reply: Reply) -> None:
+async def _read_reply(reader: asyncio.StreamReader, reply: Reply, head_only: bool = False) -> None:
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     reply.status = int(lines[0].split(" ")[1])
@@ -43,6 +43,8 @@ async def _read_reply(reader: asyncio.StreamReader, reply: Reply) -> None:
         if ":" in line:
             name, value = line.split(":", 1)
             reply.headers[name.strip().lower()] = value.strip()
+    if head_only or reply.status in (204, 304):
+        return
     if reply.headers.get("transfer-encoding", "").lower() == "chunked":
         parts = []
         while True:
@@ -81,9 +83,10 @@ async def _trickle(
 
 async def exchange(
     host: str, port: int, payload: bytes, timeout_s: float = 30.0,
-    trickle_s: float | None = None, close_after_s: float | None = None,
+    trickle_s: float | None = None, close_after_s: float | None = None, trickle_from: int = 0,
 ) -> Reply:
-    """Send ``payload`` (``trickle_s``: one byte every so often) and read one reply.
+    """Send ``payload`` (``trickle_s``: one byte every so often, after the first
+    ``trickle_from`` bytes at once) and read one reply.
 
     ``close_after_s``: the client itself hangs up this long after sending (a storm)."""
     reply = Reply()
@@ -96,13 +99,14 @@ async def exchange(
                 writer.write(payload)
                 await writer.drain()
             else:
-                await _trickle(reader, writer, payload, trickle_s, reply)
+                writer.write(payload[:trickle_from])
+                await _trickle(reader, writer, payload[trickle_from:], trickle_s, reply)
                 return reply
             if close_after_s is not None:
                 await asyncio.sleep(close_after_s)
                 reply.ending = "client_closed"
                 return reply
-            await _read_reply(reader, reply)
+            await _read_reply(reader, reply, payload.startswith(b"HEAD "))
     except TimeoutError:
         reply.ending = "hang"
     except (ConnectionResetError, BrokenPipeError):

@@ -35,7 +35,7 @@ class Reply:
         return None
 
 
-async def _read_reply(reader: asyncio.StreamReader, reply: Reply, head_only: bool = False) -> None:
+async def read_reply(reader: asyncio.StreamReader, reply: Reply, head_only: bool = False) -> None:
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     reply.status = int(lines[0].split(" ")[1])
@@ -65,7 +65,7 @@ async def _trickle(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes, every_s: float, reply: Reply
 ) -> None:
     """One byte every ``every_s`` while reading the reply; the server may answer early."""
-    reading = asyncio.ensure_future(_read_reply(reader, reply))
+    reading = asyncio.ensure_future(read_reply(reader, reply))
     try:
         for i in range(len(payload)):
             if reading.done():
@@ -106,7 +106,7 @@ async def exchange(
                 await asyncio.sleep(close_after_s)
                 reply.ending = "client_closed"
                 return reply
-            await _read_reply(reader, reply, payload.startswith(b"HEAD "))
+            await read_reply(reader, reply, payload.startswith(b"HEAD "))
     except TimeoutError:
         reply.ending = "hang"
     except (ConnectionResetError, BrokenPipeError):

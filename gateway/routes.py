@@ -9,6 +9,8 @@ work to ``Proxy``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 
 import orjson
 from fastapi import APIRouter, Request
@@ -31,11 +33,17 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
 
 
-def _hint(principal: Principal, value: str | None) -> int | None:
-    """x-triage-expected-tokens, from a key allowed to send it (``trust_hints``); from any
-    other key the header is checked, then ignored: a hint decides the queue order."""
+def _hint(gw: Gateway, principal: Principal, value: str | None) -> tuple[int | None, Callable[[int], None] | None]:
+    """x-triage-expected-tokens, believed from a key allowed to send it (``trust_hints``)
+    while its tenant's replies bear its hints out (``gateway.hints``); from any other key
+    the header is checked, then ignored: a hint decides the queue order. Also what to
+    tell of the reply's real length."""
     hint = parse_int_header(value, "x-triage-expected-tokens")
-    return hint if principal.trust_hints else None
+    if hint is None or not principal.trust_hints:
+        return None, None
+    tenant = principal.tenant
+    believed = hint if gw.hints.trusted(tenant) else None
+    return believed, partial(gw.hints.observe, tenant, hint)
 
 
 async def _inference(request: Request, endpoint: Endpoint) -> Response:
@@ -49,14 +57,16 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         raw = await read_body(request.receive, headers, gw.settings.max_body_bytes, gw.settings.body_timeout_s)
         req = parse(raw, endpoint, gw.settings.max_tokens_limit)
         timeout_ms = parse_int_header(headers.get("x-triage-timeout-ms"), "x-triage-timeout-ms")
+        hint, on_length = _hint(gw, principal, headers.get("x-triage-expected-tokens"))
         ctx = RequestContext(
             request_id=request_id,
             principal=principal,
             tier=gw.auth.tier(principal, headers.get("x-triage-priority")),
-            hint=_hint(principal, headers.get("x-triage-expected-tokens")),
+            hint=hint,
             oracle_tokens=parse_int_header(headers.get("x-triage-oracle-tokens"), "x-triage-oracle-tokens"),
             timeout_s=timeout_ms / 1000 if timeout_ms is not None else gw.settings.queue_timeout_s,
             trace=trace,
+            on_length=on_length,
         )
         response = await gw.proxy.handle(request, req, ctx)
     except GatewayError as exc:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator
+from gateway.hints import HintTrust
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.telemetry.hub import Telemetry
@@ -24,6 +25,7 @@ class Gateway:
     auth: Authenticator
     proxy: Proxy
     telemetry: Telemetry
+    hints: HintTrust = field(default_factory=HintTrust)  # whose length hints hold
 
     async def redis_ok(self) -> bool:
         try:

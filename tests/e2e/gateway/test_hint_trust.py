@@ -50,3 +50,38 @@ async def test_without_keys_hints_are_trusted(gateway: str) -> None:
         resp = await http.post(CHAT, json={**BODY, "max_tokens": 3000},
                                headers={"x-triage-expected-tokens": "1"})
         assert resp.headers["x-triage-class"] == "short"
+
+
+async def test_a_trusted_tenant_whose_hints_run_long_loses_the_trust(
+    gateway_factory: Callable[..., str], sim_url: str
+) -> None:
+    keys = [{"sha256": hash_key("sk-liar"), "tenant": "liar", "trust_hints": True}]
+    url = gateway_factory(
+        [{"name": "sim", "url": sim_url, "models": [MODEL]}], api_keys=keys, predictor="prior",
+        prior_tokens=2000, short_max_tokens=16,
+    )
+    # max_tokens 60 alone is class medium; the reply is exactly 60 tokens long
+    body = {**BODY, "max_tokens": 60, "ignore_eos": True}
+    headers = {"authorization": "Bearer sk-liar", "x-triage-expected-tokens": "1"}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        classes = []
+        for _ in range(8):
+            resp = await http.post(CHAT, json=body, headers=headers)
+            assert resp.status_code == 200, resp.text
+            classes.append(resp.headers["x-triage-class"])
+    assert classes[0] == "short"  # believed at first
+    assert classes[-1] == "medium"  # no longer: its replies ran 60 tokens, not 1
+    assert classes == sorted(classes, key=lambda c: c == "medium")  # once lost, not regained by lying
+
+
+def test_hint_trust_is_won_back_by_hints_that_hold() -> None:
+    from gateway.hints import HintTrust
+
+    trust = HintTrust()
+    for _ in range(10):
+        trust.observe("t", 1, 300)
+    assert not trust.trusted("t")
+    assert trust.trusted("other")
+    for _ in range(10):
+        trust.observe("t", 300, 280)
+    assert trust.trusted("t")

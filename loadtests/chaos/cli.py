@@ -42,7 +42,7 @@ async def _phases(args: argparse.Namespace, targets: list[Target], pids: list[in
     report["fuzz"] = {
         "cases": res.cases, "statuses": {str(k): v for k, v in sorted(res.statuses.items(), key=str)},
         "by_category": {c: {str(k): v for k, v in n.items()} for c, n in res.by_category.items()},
-        "server_errors": len(res.server_errors), "not_openai": len(res.not_openai),
+        "server_errors": len(res.server_errors), "own_deadline_504": res.own_deadline, "not_openai": len(res.not_openai),
         "no_answer": len(res.no_answer), "slowest_s": round(res.slowest_s, 2), "failures": res.failures(),
         "leftovers_clean": left.clean, "normal_after": await normal_request(first),
     }

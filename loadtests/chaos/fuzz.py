@@ -49,10 +49,15 @@ class FuzzResult:
         self.slowest_s = max(self.slowest_s, reply.elapsed_s)
         if reply.status is None or reply.ending != "reply":
             self.no_answer.append((case, reply))
-        elif reply.status >= 500:
+        elif reply.status >= 500 and not _own_deadline(case, reply):
             self.server_errors.append((case, reply))
         elif reply.status >= 400 and case.method != "HEAD" and reply.error() is None:
             self.not_openai.append((case, reply))
+
+    @property
+    def own_deadline(self) -> int:
+        """504s for a deadline the client set itself (x-triage-timeout-ms): not a failure."""
+        return sum(n for k, n in self.by_category.get("triage_headers", {}).items() if k == 504)
 
     def failures(self) -> list[str]:
         out = []
@@ -62,6 +67,14 @@ class FuzzResult:
                 out.append(f"{label}: {case.category} {case.payload[:160]!r} -> {reply.status} "
                            f"{reply.ending} {reply.body[:160]!r}")
         return out
+
+
+def _own_deadline(case: Case, reply: Reply) -> bool:
+    """A 504 queue_timeout for a request that set its own deadline (x-triage-timeout-ms:
+    a few ms is a valid deadline, and a busy queue does not meet it)."""
+    err = reply.error()
+    return (reply.status == 504 and err is not None and err.get("code") == "queue_timeout"
+            and b"\r\nx-triage-timeout-ms:" in case.payload.split(b"\r\n\r\n", 1)[0])
 
 
 def _deep(depth: int, rng: random.Random) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,8 @@ class FuzzResult:
         self.statuses[key] += 1
         self.by_category.setdefault(case.category, Counter())[key] += 1
         self.slowest_s = max(self.slowest_s, reply.elapsed_s)
+        if len(case.payload) > 4096:  # only failures are kept: keep them small
+            case = Case(case.category, case.payload[:4096], case.method)
         if reply.status is None or reply.ending != "reply":
             self.no_answer.append((case, reply))
         elif reply.status >= 500 and not _own_deadline(case, reply):
@@ -258,15 +260,15 @@ def cases(seed: int, n: int, model: str, key: str, max_body_bytes: int) -> Itera
         yield Case(category, payload, payload.split(b" ", 1)[0].decode("latin-1"))
 
 
-async def run(host: str, port: int, items: list[Case], concurrency: int = 16,
+async def run(host: str, port: int, items: Iterable[Case], concurrency: int = 16,
               timeout_s: float = 30.0) -> FuzzResult:
+    """Send every case (``concurrency`` at a time, each on its own connection), tally."""
     result = FuzzResult()
-    gate = asyncio.Semaphore(concurrency)
+    pending = iter(items)
 
-    async def one(case: Case) -> None:
-        async with gate:
-            reply = await exchange(host, port, case.payload, timeout_s)
-        result.add(case, reply)
+    async def worker() -> None:
+        for case in pending:  # the workers share one iterator: cases are made as they are sent
+            result.add(case, await exchange(host, port, case.payload, timeout_s))
 
-    await asyncio.gather(*(one(c) for c in items))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     return result

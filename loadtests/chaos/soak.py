@@ -11,6 +11,11 @@ import httpx
 
 from loadtests.chaos.checks import Target
 
+KEEPALIVE_S = 1.0
+# prompts are drawn from a fixed vocabulary (Zipf-like use of 5,000 made-up words), as
+# real traffic reuses words: the predictor's hashed weights warm up and level off
+VOCABULARY = [f"w{i}" for i in range(5000)]
+
 
 @dataclass(slots=True)
 class Sample:
@@ -69,8 +74,10 @@ async def soak(targets: list[Target], pids: list[int], duration_s: float, rate: 
     async def one(http: httpx.AsyncClient, i: int) -> None:
         target = targets[i % len(targets)]
         stream = rng.random() < 0.5
+        words = " ".join(VOCABULARY[min(len(VOCABULARY), int(rng.paretovariate(0.8))) - 1]
+                         for _ in range(rng.randint(3, 30)))
         body = {"model": target.model, "max_tokens": rng.randint(5, 120), "stream": stream,
-                "messages": [{"role": "user", "content": f"soak {i} {rng.randint(0, 10**9)}"}]}
+                "messages": [{"role": "user", "content": f"Please {words}."}]}
         try:
             async with http.stream("POST", f"{target.url}/v1/chat/completions", json=body,
                                    headers={"authorization": f"Bearer {target.key}"}) as resp:
@@ -86,7 +93,10 @@ async def soak(targets: list[Target], pids: list[int], duration_s: float, rate: 
 
     sampling = asyncio.ensure_future(sampler())
     total = int(duration_s * rate)
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=200)) as http:
+    # idle connections are dropped by the client before the gateway's keep-alive timeout
+    # can close them under a request being sent (what a proxy in front should do too)
+    limits = httpx.Limits(max_connections=200, keepalive_expiry=KEEPALIVE_S)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         tasks = []
         for i in range(total):
             delay = started + i / rate - loop.time()

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=20.0, help="soak requests per second, all replicas")
     p.add_argument("--slots", type=int, default=4, help="the backend's concurrency limit")
     p.add_argument("--tracemalloc-every-s", type=float, default=None,
-                   help="run the replicas under tracemalloc, a snapshot diff this often")
+                   help="run the first replica under tracemalloc, a snapshot diff this often")
     p.add_argument("--redis-url", default=None, help="default: an embedded Valkey")
     p.add_argument("--out", type=Path, default=Path("chaos-results.json"))
 
@@ -63,7 +63,7 @@ async def _phases(args: argparse.Namespace, targets: list[Target], pids: list[in
     if args.soak_s > 0:
         so = await soak(targets, pids, args.soak_s, args.rate, args.seed)
         left, _ = await settle(first)
-        report["soak"] = {"duration_s": so.duration_s, "rate": so.rate, "sent": so.sent, "ok": so.ok,
+        report["soak"] = {"duration_s": so.duration_s, "rate": so.rate, "sent": so.sent, "sent_s": round(so.sent_s, 1), "ok": so.ok,
                           "failed": so.failed, "replicas": list(so.growth().values()),
                           "samples": {str(p): [[s.t_s, s.rss_mb, s.fds] for s in v] for p, v in so.samples.items()},
                           "leftovers_clean": left.clean}

@@ -12,6 +12,7 @@ import httpx
 from loadtests.chaos.checks import Target
 
 KEEPALIVE_S = 1.0
+MAX_IN_FLIGHT = 100  # httpx's pool gets slow (quadratic) with thousands of waiting requests
 # prompts are drawn from a fixed vocabulary (Zipf-like use of 5,000 made-up words), as
 # real traffic reuses words: the predictor's hashed weights warm up and level off
 VOCABULARY = [f"w{i}" for i in range(5000)]
@@ -29,6 +30,7 @@ class SoakResult:
     duration_s: float
     rate: float
     sent: int = 0
+    sent_s: float = 0.0  # how long sending (and finishing) took: above duration_s, the load fell behind
     ok: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     samples: dict[int, list[Sample]] = field(default_factory=dict)  # pid -> samples
@@ -95,16 +97,26 @@ async def soak(targets: list[Target], pids: list[int], duration_s: float, rate: 
     total = int(duration_s * rate)
     # idle connections are dropped by the client before the gateway's keep-alive timeout
     # can close them under a request being sent (what a proxy in front should do too)
-    limits = httpx.Limits(max_connections=200, keepalive_expiry=KEEPALIVE_S)
+    limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, keepalive_expiry=KEEPALIVE_S)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         tasks = []
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+        async def gated(i: int) -> None:
+            try:
+                await one(http, i)
+            finally:
+                gate.release()
+
         for i in range(total):
             delay = started + i / rate - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)  # the open-loop schedule: one request every 1/rate s
-            tasks.append(asyncio.ensure_future(one(http, i)))
+            await gate.acquire()  # bounded: a backlog waits here, not in the client's pool
+            tasks.append(asyncio.ensure_future(gated(i)))
             result.sent += 1
         await asyncio.gather(*tasks)
+        result.sent_s = loop.time() - started
     stop.set()
     await sampling
     return result

@@ -51,7 +51,7 @@ def chaos_stack(workdir: Path, replicas: int = 2, slots: int = 4, redis_url: str
         for i in range(replicas):
             port = free_port()
             config = replica_config(redis_url, prefix, sim_url, slots, port)
-            if tracemalloc_every_s is None:
+            if tracemalloc_every_s is None or i > 0:  # traced: the first replica; the other runs plain
                 child = stack.gateway(config, f"replica-{i}", workdir)
             else:
                 path = workdir / f"replica-{i}.yaml"

@@ -14,14 +14,14 @@ class Principal:
     tenant: str
     tier: str
     admin: bool
-    trust_hints: bool = True  # may send x-triage-expected-tokens
+    trust_hints: bool = False  # may send x-triage-expected-tokens (api_keys[].trust_hints)
 
 
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
-        self._keys = {k.sha256: Principal(k.tenant, k.tier, k.admin, k.trust_hints) for k in settings.api_keys}
+        self._keys = {k.sha256: Principal(k.tenant, k.tier, k.admin, trust_hints=k.trust_hints) for k in settings.api_keys}
         # open mode (no keys): one operator's own traffic, hints and all
-        self._open = Principal("default", settings.tiers[0], True, True)
+        self._open = Principal("default", settings.tiers[0], True, trust_hints=True)
         self._tiers = list(settings.tiers)  # most urgent first
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ class RequestContext:
     oracle_tokens: int | None  # x-triage-oracle-tokens (oracle policy only)
     timeout_s: float
     trace: RequestTrace  # spans and metrics of this request
+    on_length: Callable[[int], None] | None = None  # told the reply's real output tokens, once known
 
 
 async def until_disconnect(watch: DisconnectWatch, work: asyncio.Future[Any], patience_s: float | None = None) -> Any:

@@ -161,3 +161,17 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "access_log": settings.access_log,
     }
 
+
+
+WORKER_SETTINGS_ENV = "TRIAGE_WORKER_SETTINGS"  # the settings (JSON) of `triage serve --workers N`
+
+
+def __getattr__(name: str) -> Any:
+    """``gateway.connections:WorkerProtocol``: the protocol of a worker process, built from
+    the settings its parent left in the environment (uvicorn pickles its config to start
+    workers, and a class built at run time cannot be pickled; an import path can)."""
+    if name == "WorkerProtocol":
+        import os
+
+        return protocol_class(Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV]))
+    raise AttributeError(name)

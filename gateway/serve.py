@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -127,11 +128,13 @@ def _run_workers(settings: Settings) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from gateway.connections import server_options
+    from gateway.connections import WORKER_SETTINGS_ENV, server_options
 
+    os.environ[WORKER_SETTINGS_ENV] = settings.model_dump_json()
+    options = {**server_options(settings), "http": "gateway.connections:WorkerProtocol"}  # importable by name
     config = uvicorn.Config(
         functools.partial(worker_app, settings.model_dump_json()), factory=True, workers=settings.workers,
-        log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
+        log_level="info", timeout_graceful_shutdown=10, **options,
     )
     sock = config.bind_socket()
     try:

@@ -10,6 +10,7 @@ import httpx
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.state import backend_states
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +47,8 @@ async def leftovers(target: Target) -> Leftovers:
     redis = Redis.from_url(target.redis_url)
     try:
         queued = int(await redis.zcard(keys.queue)) + int(await redis.hlen(keys.tickets))
-        busy = await redis.hvals(keys.busy)
         leases = int(await redis.zcard(keys.leases)) + int(await redis.hlen(keys.lease))
-        leases += sum(int(float(b)) for b in busy)
+        leases += sum(b.busy for b in (await backend_states(redis, keys)).values())
     finally:
         await redis.aclose()
     async with httpx.AsyncClient(timeout=10) as http:

@@ -1,0 +1,259 @@
+"""``triage bench compare --engine vllm``: the honest comparison against a real vLLM.
+
+The same workload, modes and run code as on the simulator (``loadtests/compare.py``),
+with the simulators replaced by one vLLM (CPU build, the tiny random-weight Llama) and
+a length sidecar (``length_proxy``) in front of it that stops each reply at its true
+length. Every arm goes through the sidecar, ``direct`` included; the gateway never
+sees a length (clients send no ``max_tokens``; the table lives in the sidecar only).
+
+Run-to-run spread on a shared machine is large, so each mode runs ``--repeats`` times,
+interleaved (repeat 1 runs every mode, then repeat 2, each repeat in a rotated order)
+so drifting machine noise hits every arm alike; the report gives medians with ranges.
+
+Before the runs it measures the engine's capacity three ways, closed-loop with every
+batch slot busy: straight to the sidecar; the same with an idle gateway process
+running beside it (the gateway shares the cores with the engine); and through that
+gateway. The ratios say what the gateway costs the engine here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import uuid
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gateway.embedded import EmbeddedRedis, free_port
+from gateway.settings import Settings
+from loadtests.compare import (
+    CompareError,
+    _one,
+    _train_predictor,
+    compare_config,
+    hidden_lengths_table,
+    load_config,
+    measure_capacity,
+)
+from loadtests.datasets import PromptCatalog
+from loadtests.engines.vllm import (
+    MODEL_NAME,
+    EngineUnavailable,
+    VllmSpec,
+    build_model,
+    find_python,
+    running_vllm,
+    vllm_version,
+)
+from loadtests.length_table import FILE_NAME, write_length_table
+from loadtests.report import write_json, write_records
+from loadtests.stack import Child, StackError, gateway, gateway_config
+from loadtests.workload import load_workload
+
+# (label, class or "overall", metric) of the table
+METRICS = (
+    ("short TTFT p50 (s)", "short", "ttft_p50_s"),
+    ("short TTFT p99 (s)", "short", "ttft_p99_s"),
+    ("short E2E mean (s)", "short", "e2e_mean_s"),
+    ("medium E2E mean (s)", "medium", "e2e_mean_s"),
+    ("long E2E p99 (s)", "long", "e2e_p99_s"),
+    ("output tok/s", "overall", "output_tps"),
+    ("requests ok", "overall", "count"),
+    ("failed", "overall", "failed"),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags ``bench compare`` gains for a real engine."""
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="backends: simulators (default) or one real vLLM behind a length sidecar")
+    p.add_argument("--repeats", type=int, default=3, help="--engine vllm: runs per mode, interleaved (default 3)")
+    p.add_argument("--engine-model-dir", default=None, help="--engine vllm: the tiny model's folder (default OUT/model)")
+
+
+def _value(row: dict[str, Any], cls: str, key: str) -> float | None:
+    part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
+    value = part.get(key)
+    return None if value is None else float(value)
+
+
+def aggregate(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """mode -> metric label -> {median, min, max, n} over the repeats."""
+    out: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        rows = [r for r in runs if r["mode"] == mode]
+        out[mode] = {}
+        for label, cls, key in METRICS:
+            values = [v for v in (_value(r, cls, key) for r in rows) if v is not None]
+            out[mode][label] = ({"median": statistics.median(values), "min": min(values), "max": max(values),
+                                 "n": len(values)} if values else None)
+    return out
+
+
+def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ratios of two modes within each repeat (same noise), then their median and range."""
+    pairs = (
+        ("short TTFT p99, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "ttft_p99_s"),
+        ("short TTFT p99, fifo / short_first", "fifo", "short_first", "short", "ttft_p99_s"),
+        ("short E2E mean, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "e2e_mean_s"),
+        ("short E2E mean, fifo / short_first", "fifo", "short_first", "short", "e2e_mean_s"),
+        ("long E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "long", "e2e_p99_s"),
+        ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps"),
+        ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps"),
+        ("short TTFT p99, short_first_preempt / oracle_preempt", "short_first_preempt", "oracle_preempt", "short",
+         "ttft_p99_s"),
+    )
+    out = []
+    for name, num, den, cls, key in pairs:
+        values = []
+        for rep in sorted({r["repeat"] for r in runs}):
+            a = next((r for r in runs if r["repeat"] == rep and r["mode"] == num), None)
+            b = next((r for r in runs if r["repeat"] == rep and r["mode"] == den), None)
+            x, y = (_value(a, cls, key) if a else None), (_value(b, cls, key) if b else None)
+            if x is not None and y:
+                values.append(round(x / y, 3))
+        if values:
+            out.append({"ratio": name, "values": values, "median": statistics.median(values)})
+    return out
+
+
+def _sidecar(upstream: str, table: Path, logs: Path) -> Child:
+    port = free_port()
+    cmd = [sys.executable, "-m", "loadtests.engines.length_proxy", "--upstream", upstream, "--table", str(table),
+           "--port", str(port)]
+    return Child("length sidecar", cmd, f"http://127.0.0.1:{port}", logs / "length-proxy.log")
+
+
+def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[str, ...], redis_url: str,
+                   logs: Path, alone: dict[str, Any]) -> dict[str, Any]:
+    """Engine capacity with an idle gateway process beside it, and through that gateway."""
+    conf = gateway_config(redis_url, f"cmpcost{uuid.uuid4().hex[:8]}", "fifo", list(direct), cfg.sim.model,
+                          cfg.sim.max_num_seqs, free_port())
+    child = gateway(conf, "gateway-cost", logs)
+    try:
+        url = child.start("/ready")
+        beside = measure_capacity(cfg, base, catalog, direct)
+        through = measure_capacity(cfg, replace(base, target=replace(base.target, urls=(url,))), catalog, (url,))
+    except StackError as exc:
+        raise CompareError(str(exc)) from None
+    finally:
+        child.stop()
+    tps = alone.get("output_tps") or 0.0
+    return {"alone_output_tps": tps, "beside_idle_gateway_output_tps": beside.get("output_tps"),
+            "through_gateway_output_tps": through.get("output_tps"),
+            "beside_ratio": round(beside["output_tps"] / tps, 3) if tps else None,
+            "through_ratio": round(through["output_tps"] / tps, 3) if tps else None}
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers ran on: cores, CPU model, load average (others share this machine)."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
+    return {"cores": os.cpu_count(), "cpu": model, "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = compare_config(args)
+    at_start = machine()
+    if args.repeats < 1:
+        raise CompareError("--repeats must be at least 1")
+    workload = load_workload(cfg.workload)
+    catalog = PromptCatalog(cfg.data_dir)
+    thresholds = (Settings.model_fields["short_max_tokens"].default,
+                  Settings.model_fields["medium_max_tokens"].default)
+    table = hidden_lengths_table(cfg, workload, catalog) or write_length_table((cfg.out / FILE_NAME).resolve(), {})
+    logs = cfg.out / "logs"
+    try:
+        python = find_python()
+        version = vllm_version(python)
+        model_dir = build_model(python, Path(args.engine_model_dir or cfg.out / "model").resolve())
+    except EngineUnavailable as exc:
+        raise CompareError(str(exc)) from None
+    spec = VllmSpec(model_dir=model_dir, max_num_seqs=cfg.sim.max_num_seqs, max_model_len=16384,
+                    kv_cache_bytes=1 << 30)
+    cfg = replace(cfg, sim=replace(cfg.sim, model=MODEL_NAME, profile=f"vllm-{version}"))
+    runs: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        redis = EmbeddedRedis()
+        redis_url = redis.start()
+        stack.callback(redis.stop)
+        try:
+            engine = stack.enter_context(running_vllm(spec, python, logs / "vllm.log"))
+        except EngineUnavailable as exc:
+            raise CompareError(str(exc)) from None
+        started_s = engine.started_s
+        _log(cfg, f"vLLM {version} up in {started_s:.0f} s at {engine.url}")
+        sidecar = _sidecar(engine.url, table, logs)
+        stack.callback(sidecar.stop)
+        try:
+            direct = (sidecar.start("/health"),)
+        except StackError as exc:
+            raise CompareError(str(exc)) from None
+        base = load_config(cfg, workload, direct, 1.0, None)
+        capacity = measure_capacity(cfg, base, catalog, direct)
+        _log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
+        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, capacity)
+        _log(cfg, f"gateway cost: {costs}")
+        trained = _train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
+        for rep in range(args.repeats):
+            order = cfg.modes[rep % len(cfg.modes):] + cfg.modes[: rep % len(cfg.modes)]
+            for load in cfg.loads:
+                for mode in order:
+                    row, records = _one(cfg, workload, catalog, mode, load, load * capacity["rps"], None, direct,
+                                        redis_url, thresholds, logs, trained)
+                    row["repeat"] = rep
+                    runs.append(row)
+                    write_records(cfg.out / "runs" / f"{mode}-{load}-r{rep}.jsonl", records)
+    report = {
+        "schema": "triage.compare-engine/1",
+        "config": {"engine": f"vllm {version}", "model": "tiny random-weight Llama (loadtests/engines/tiny_model.py)",
+                   "workload": workload.name, "lengths": workload.lengths.value, "loads": list(cfg.loads),
+                   "modes": list(cfg.modes), "repeats": args.repeats, "max_num_seqs": cfg.sim.max_num_seqs,
+                   "duration_s": cfg.duration_s, "warmup_s": cfg.warmup_s, "drain_s": cfg.drain_s,
+                   "predictor_training_s": cfg.train_s, "seed": cfg.seed, "class_thresholds": list(thresholds),
+                   "length_stop": "sidecar (loadtests/engines/length_proxy.py): max_tokens + ignore_eos"},
+        "machine": {"at_start": at_start, "at_end": machine(), "vllm_start_s": round(started_s, 1)},
+        "capacity": capacity,
+        "gateway_cost": costs,
+        "data_origin": catalog.origin,
+        "summary": aggregate(runs, cfg.modes),
+        "paired_ratios": paired_ratios(runs),
+        "runs": runs,
+    }
+    write_json(cfg.json_path, report)
+    (cfg.out / "compare.md").write_text(markdown(report), encoding="utf-8")
+    if not cfg.quiet:
+        print(markdown(report))
+    return 0 if all(r["overall"]["count"] for r in runs) else 1
+
+
+def _fmt(cell: dict[str, Any] | None, whole: bool = False) -> str:
+    if cell is None:
+        return "-"
+    m, lo, hi = cell["median"], cell["min"], cell["max"]
+    digits = 0 if whole or m >= 100 else 2
+    return f"{m:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table: per mode, median over the repeats (min–max)."""
+    modes = report["config"]["modes"]
+    lines = ["| metric | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+    for label, _, _ in METRICS:
+        whole = label in ("requests ok", "failed")
+        lines.append(f"| {label} | " + " | ".join(_fmt(report["summary"][m][label], whole) for m in modes) + " |")
+    lines.append("")
+    lines.append("| paired ratio (per repeat) | values | median |")
+    lines.append("|---|---|---:|")
+    for r in report["paired_ratios"]:
+        lines.append(f"| {r['ratio']} | {', '.join(f'{v:.2f}' for v in r['values'])} | {r['median']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _log(cfg: Any, text: str) -> None:
+    if not cfg.quiet:
+        print(text, file=sys.stderr, flush=True)

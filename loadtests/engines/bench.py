@@ -64,6 +64,9 @@ METRICS = (
     ("output tok/s", "overall", "output_tps"),
     ("requests ok", "overall", "count"),
     ("failed", "overall", "failed"),
+    ("cancelled at drain end", "overall", "cancelled"),
+    ("pauses per request", "pauses", "pauses_per_request"),
+    ("re-read prefill share", "pauses", "resume_prefill_share"),
 )
 
 
@@ -73,10 +76,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backends: simulators (default) or one real vLLM behind a length sidecar")
     p.add_argument("--repeats", type=int, default=3, help="--engine vllm: runs per mode, interleaved (default 3)")
     p.add_argument("--engine-model-dir", default=None, help="--engine vllm: the tiny model's folder (default OUT/model)")
+    p.add_argument("--cost-rounds", type=int, default=1,
+                   help="--engine vllm: rounds of engine capacity alone / beside a gateway / through it")
+    p.add_argument("--cost-only", action="store_true",
+                   help="--engine vllm: measure only what the gateway costs the engine, then stop")
 
 
 def _value(row: dict[str, Any], cls: str, key: str) -> float | None:
-    part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
+    if cls == "pauses":
+        part = row.get("pauses") or {}
+    else:
+        part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
     value = part.get(key)
     return None if value is None else float(value)
 
@@ -129,24 +139,32 @@ def _sidecar(upstream: str, table: Path, logs: Path) -> Child:
 
 
 def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[str, ...], redis_url: str,
-                   logs: Path, alone: dict[str, Any]) -> dict[str, Any]:
-    """Engine capacity with an idle gateway process beside it, and through that gateway."""
+                   logs: Path, rounds: int) -> dict[str, Any]:
+    """Engine capacity (output tokens/s, closed loop) alone, beside an idle gateway process,
+    and through that gateway; the three interleaved ``rounds`` times, medians and ranges."""
+    cfg = replace(cfg, capacity_rps=None)  # always measured here, even when --capacity is given
     conf = gateway_config(redis_url, f"cmpcost{uuid.uuid4().hex[:8]}", "fifo", list(direct), cfg.sim.model,
                           cfg.sim.max_num_seqs, free_port())
-    child = gateway(conf, "gateway-cost", logs)
-    try:
-        url = child.start("/ready")
-        beside = measure_capacity(cfg, base, catalog, direct)
-        through = measure_capacity(cfg, replace(base, target=replace(base.target, urls=(url,))), catalog, (url,))
-    except StackError as exc:
-        raise CompareError(str(exc)) from None
-    finally:
-        child.stop()
-    tps = alone.get("output_tps") or 0.0
-    return {"alone_output_tps": tps, "beside_idle_gateway_output_tps": beside.get("output_tps"),
-            "through_gateway_output_tps": through.get("output_tps"),
-            "beside_ratio": round(beside["output_tps"] / tps, 3) if tps else None,
-            "through_ratio": round(through["output_tps"] / tps, 3) if tps else None}
+    tps: dict[str, list[float]] = {"alone": [], "beside_idle_gateway": [], "through_gateway": []}
+    for _ in range(rounds):
+        tps["alone"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
+        child = gateway(conf, "gateway-cost", logs)
+        try:
+            url = child.start("/ready")
+            tps["beside_idle_gateway"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
+            via = replace(base, target=replace(base.target, urls=(url,)))
+            tps["through_gateway"].append(measure_capacity(cfg, via, catalog, (url,))["output_tps"])
+        except StackError as exc:
+            raise CompareError(str(exc)) from None
+        finally:
+            child.stop()
+    out: dict[str, Any] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "values": v}
+                           for k, v in tps.items()}
+    alone = [max(x, 1e-9) for x in tps["alone"]]
+    for key in ("beside_idle_gateway", "through_gateway"):
+        ratios = [round(x / a, 3) for x, a in zip(tps[key], alone, strict=True)]  # paired within a round
+        out[f"{key}_ratio"] = {"median": statistics.median(ratios), "values": ratios}
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -196,8 +214,14 @@ def run(args: argparse.Namespace) -> int:
         base = load_config(cfg, workload, direct, 1.0, None)
         capacity = measure_capacity(cfg, base, catalog, direct)
         _log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
-        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, capacity)
+        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds)
         _log(cfg, f"gateway cost: {costs}")
+        if args.cost_only:
+            write_json(cfg.json_path, {"schema": "triage.compare-engine-cost/1", "engine": f"vllm {version}",
+                                       "machine": {"at_start": at_start, "at_end": machine()},
+                                       "capacity_s": cfg.capacity_s, "max_num_seqs": cfg.sim.max_num_seqs,
+                                       "gateway_cost": costs})
+            return 0
         trained = _train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
         for rep in range(args.repeats):
             order = cfg.modes[rep % len(cfg.modes):] + cfg.modes[: rep % len(cfg.modes)]
@@ -244,7 +268,7 @@ def markdown(report: dict[str, Any]) -> str:
     modes = report["config"]["modes"]
     lines = ["| metric | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
     for label, _, _ in METRICS:
-        whole = label in ("requests ok", "failed")
+        whole = label in ("requests ok", "failed", "cancelled at drain end")
         lines.append(f"| {label} | " + " | ".join(_fmt(report["summary"][m][label], whole) for m in modes) + " |")
     lines.append("")
     lines.append("| paired ratio (per repeat) | values | median |")
@@ -257,3 +281,20 @@ def markdown(report: dict[str, Any]) -> str:
 def _log(cfg: Any, text: str) -> None:
     if not cfg.quiet:
         print(text, file=sys.stderr, flush=True)
+
+
+def rebuild(path: Path) -> str:
+    """Recompute a saved report's summary and table from its runs (``python -m
+    loadtests.engines.bench FILE``): the figures come from the rows, never from the table."""
+    import orjson
+
+    report = orjson.loads(path.read_bytes())
+    modes = tuple(report["config"]["modes"])
+    report["summary"] = aggregate(report["runs"], modes)
+    report["paired_ratios"] = paired_ratios(report["runs"])
+    write_json(path, report)
+    return markdown(report)
+
+
+if __name__ == "__main__":
+    print(rebuild(Path(sys.argv[1])))

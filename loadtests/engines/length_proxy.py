@@ -6,7 +6,8 @@ that prompt had. The simulator reads a length table for that; a real engine cann
 this proxy sits between whoever calls (a gateway, or the ``direct`` clients) and vLLM,
 and sets ``max_tokens`` from the table (``loadtests/length_table.py``), keyed by the chat
 request's last user message or the completions prompt, plus ``ignore_eos`` so random
-weights never end a reply early. Every arm of a comparison, ``direct`` included, goes
+weights never end a reply early (and ``skip_special_tokens: false``, so the text of a
+reply re-encodes to the tokens generated). Every arm of a comparison, ``direct`` included, goes
 through it, so it costs every arm the same.
 
 Why a sidecar rather than a logits processor inside vLLM: it needs no engine plugin
@@ -102,6 +103,9 @@ class LengthProxy:
         body["max_tokens"] = max(1, tokens)
         body.pop("max_completion_tokens", None)
         body["ignore_eos"] = True
+        # special tokens stay in the text, so the text so far re-encodes to exactly the tokens
+        # generated (the tiny model's word-level vocabulary round-trips; see tiny_model.py)
+        body["skip_special_tokens"] = False
         return orjson.dumps(body)
 
     async def remaining(self, path: str, body: dict[str, Any]) -> int | None:

@@ -1,9 +1,9 @@
 """Write a tiny Llama with random weights, from a seed, that vLLM can serve.
 
 No model hub: the config, a tokenizer and the weights are all made here. The
-tokenizer is a small byte-level BPE trained on the prompts in a text file (the
-public ShareGPT prompts by default), so prompt token counts look like a real
-tokenizer's; a chat template makes `/v1/chat/completions` work. The weights are
+tokenizer is word-level, the most frequent words of a prompt file (so prompt token
+counts are about a real tokenizer's), and round-trips exactly (see ``build_tokenizer``);
+a chat template makes `/v1/chat/completions` work. The weights are
 drawn from a seeded normal distribution, so two builds with one seed are equal.
 
 This module runs under the engine's own Python (it needs torch, tokenizers and
@@ -59,22 +59,29 @@ def _texts(corpus: Path, limit: int) -> Iterator[str]:
 
 
 def build_tokenizer(out: Path, corpus: Path, vocab_size: int = VOCAB_SIZE) -> int:
-    """Train a byte-level BPE on `corpus` and write tokenizer.json + its config.
+    """Write tokenizer.json (the corpus's most frequent whitespace-separated words) + its config.
 
-    Returns the vocabulary size actually reached.
+    A word-level vocabulary split on whitespace round-trips exactly: decoding joins tokens
+    with spaces, and encoding that text gives back the same tokens. Random weights emit
+    arbitrary token sequences; with a byte-level BPE their text holds broken UTF-8
+    (decoded as U+FFFD), which re-encodes to more tokens than were generated. Resuming a
+    paused stream re-sends the text so far, so its token count must be the count that
+    was generated. Returns the vocabulary size.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from collections import Counter
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_texts(corpus, 3000), trainer=trainer)
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    counts: Counter[str] = Counter()
+    for text in _texts(corpus, 3000):
+        counts.update(text.split())
+    words = [w for w, _ in counts.most_common() if not any(mark in w for mark in ("<", ">"))]
+    vocab = {token: i for i, token in enumerate(SPECIAL)}
+    for word in words[: vocab_size - len(SPECIAL)]:
+        vocab[word] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(SPECIAL)
     tok.save(str(out / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -91,7 +98,7 @@ def build_tokenizer(out: Path, corpus: Path, vocab_size: int = VOCAB_SIZE) -> in
     (out / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
     )
-    return int(tok.get_vocab_size())
+    return len(vocab)
 
 
 def model_config(vocab: int) -> dict[str, object]:

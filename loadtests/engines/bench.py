@@ -22,6 +22,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import replace
@@ -50,7 +51,7 @@ from loadtests.engines.vllm import (
     vllm_version,
 )
 from loadtests.length_table import FILE_NAME, write_length_table
-from loadtests.report import write_json, write_records
+from loadtests.report import record_json, write_json, write_records
 from loadtests.stack import Child, StackError, gateway, gateway_config
 from loadtests.workload import load_workload
 
@@ -65,6 +66,8 @@ METRICS = (
     ("requests ok", "overall", "count"),
     ("failed", "overall", "failed"),
     ("cancelled at drain end", "overall", "cancelled"),
+    ("reported / true output tokens", "tokens", "reported_vs_planned"),
+    ("concurrency limit, median", "limit", "limit"),
     ("pauses per request", "pauses", "pauses_per_request"),
     ("re-read prefill share", "pauses", "resume_prefill_share"),
 )
@@ -83,7 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _value(row: dict[str, Any], cls: str, key: str) -> float | None:
-    if cls == "pauses":
+    if cls == "limit":  # the gateway's adaptive limit, sampled every 0.5 s during the run
+        limits = [float(x["limit"]) for x in row.get("limit_trajectory") or [] if x.get("limit") is not None]
+        return statistics.median(limits) if limits else None
+    if cls == "tokens":
+        part = row.get("tokens") or {}
+    elif cls == "pauses":
         part = row.get("pauses") or {}
     else:
         part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
@@ -138,14 +146,31 @@ def _sidecar(upstream: str, table: Path, logs: Path) -> Child:
     return Child("length sidecar", cmd, f"http://127.0.0.1:{port}", logs / "length-proxy.log")
 
 
+def group_cpu_s(pgid: int, pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by every live process of a process group
+    (or by the one process ``pid``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat") if pid is None else [Path(f"/proc/{pid}/stat")]:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if pid is not None or int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime, stime
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[str, ...], redis_url: str,
-                   logs: Path, rounds: int) -> dict[str, Any]:
+                   logs: Path, rounds: int, engine_pgid: int) -> dict[str, Any]:
     """Engine capacity (output tokens/s, closed loop) alone, beside an idle gateway process,
-    and through that gateway; the three interleaved ``rounds`` times, medians and ranges."""
+    and through that gateway; the three interleaved ``rounds`` times, medians and ranges.
+    Through the gateway, also the CPU the gateway process and the engine each used."""
     cfg = replace(cfg, capacity_rps=None)  # always measured here, even when --capacity is given
     conf = gateway_config(redis_url, f"cmpcost{uuid.uuid4().hex[:8]}", "fifo", list(direct), cfg.sim.model,
                           cfg.sim.max_num_seqs, free_port())
     tps: dict[str, list[float]] = {"alone": [], "beside_idle_gateway": [], "through_gateway": []}
+    cores: dict[str, list[float]] = {"gateway": [], "engine": []}
     for _ in range(rounds):
         tps["alone"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
         child = gateway(conf, "gateway-cost", logs)
@@ -153,7 +178,12 @@ def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[st
             url = child.start("/ready")
             tps["beside_idle_gateway"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
             via = replace(base, target=replace(base.target, urls=(url,)))
+            pid = child._proc.pid if child._proc is not None else 0
+            g0, e0, t0 = group_cpu_s(0, pid), group_cpu_s(engine_pgid), time.monotonic()
             tps["through_gateway"].append(measure_capacity(cfg, via, catalog, (url,))["output_tps"])
+            wall = time.monotonic() - t0
+            cores["gateway"].append(round((group_cpu_s(0, pid) - g0) / wall, 3))
+            cores["engine"].append(round((group_cpu_s(engine_pgid) - e0) / wall, 3))
         except StackError as exc:
             raise CompareError(str(exc)) from None
         finally:
@@ -164,6 +194,7 @@ def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[st
     for key in ("beside_idle_gateway", "through_gateway"):
         ratios = [round(x / a, 3) for x, a in zip(tps[key], alone, strict=True)]  # paired within a round
         out[f"{key}_ratio"] = {"median": statistics.median(ratios), "values": ratios}
+    out["cores_used_through_gateway"] = cores  # CPU seconds per second of the run, per process (group)
     return out
 
 
@@ -214,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         base = load_config(cfg, workload, direct, 1.0, None)
         capacity = measure_capacity(cfg, base, catalog, direct)
         _log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
-        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds)
+        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds, engine.proc.pid)
         _log(cfg, f"gateway cost: {costs}")
         if args.cost_only:
             write_json(cfg.json_path, {"schema": "triage.compare-engine-cost/1", "engine": f"vllm {version}",
@@ -230,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
                     row, records = _one(cfg, workload, catalog, mode, load, load * capacity["rps"], None, direct,
                                         redis_url, thresholds, logs, trained)
                     row["repeat"] = rep
+                    row["tokens"] = token_accounting([record_json(r) for r in records], cfg.warmup_s)
                     runs.append(row)
                     write_records(cfg.out / "runs" / f"{mode}-{load}-r{rep}.jsonl", records)
     report = {
@@ -283,12 +315,29 @@ def _log(cfg: Any, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def rebuild(path: Path) -> str:
+def token_accounting(records: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
+    """Output tokens the client was told (usage) against the true lengths the sidecar made
+    the engine generate, over the measured requests that completed."""
+    ok = [r for r in records if r.get("ok") and r.get("start_s", 0.0) >= warmup_s]
+    planned = sum(int(r["planned_tokens"]) for r in ok)
+    reported = sum(int(r["output_tokens"] or 0) for r in ok)
+    short = sum(1 for r in ok if (r["output_tokens"] or 0) < r["planned_tokens"])
+    return {"planned": planned, "reported": reported, "requests_reported_short": short,
+            "reported_vs_planned": round(reported / planned, 4) if planned else None}
+
+
+def rebuild(path: Path, runs_dir: Path | None = None) -> str:
     """Recompute a saved report's summary and table from its runs (``python -m
-    loadtests.engines.bench FILE``): the figures come from the rows, never from the table."""
+    loadtests.engines.bench FILE [RUNS_DIR]``): the figures come from the rows, never from
+    the table; with the run records (``OUT/runs``), also each row's token accounting."""
     import orjson
 
     report = orjson.loads(path.read_bytes())
+    if runs_dir is not None:
+        for row in report["runs"]:
+            records_path = runs_dir / f"{row['mode']}-{row['load']}-r{row['repeat']}.jsonl"
+            records = [orjson.loads(line) for line in records_path.read_bytes().splitlines() if line.strip()]
+            row["tokens"] = token_accounting(records, report["config"]["warmup_s"])
     modes = tuple(report["config"]["modes"])
     report["summary"] = aggregate(report["runs"], modes)
     report["paired_ratios"] = paired_ratios(report["runs"])
@@ -297,4 +346,4 @@ def rebuild(path: Path) -> str:
 
 
 if __name__ == "__main__":
-    print(rebuild(Path(sys.argv[1])))
+    print(rebuild(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None))

@@ -72,7 +72,11 @@ class LengthProxy:
         request = self.client.build_request(scope["method"], self.upstream + path, content=body, headers=headers,
                                             params=scope.get("query_string", b"").decode())
         try:
-            response = await self.client.send(request, stream=True)
+            try:
+                response = await self.client.send(request, stream=True)
+            except (httpx.RemoteProtocolError, httpx.ConnectError):
+                # a kept-alive connection the engine had just closed: nothing was read, send once more
+                response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             await _answer(send, 502, orjson.dumps({"error": {"message": f"upstream: {exc}", "type": "proxy_error",
                                                                "param": None, "code": None}}))

@@ -37,3 +37,14 @@ def test_the_table_lists_every_mode_with_median_and_range() -> None:
     text = markdown(report)
     assert "| short TTFT p99 (s) | 6.00 (4.00–9.00) | 1.50 (1.00–3.00) |" in text
     assert "| requests ok | 10 (10–10) | 10 (10–10) |" in text
+
+
+def test_token_accounting_compares_what_clients_were_told_with_the_true_lengths() -> None:
+    from loadtests.engines.bench import token_accounting
+
+    records = [{"ok": True, "start_s": 0.5, "planned_tokens": 100, "output_tokens": 100},  # warm-up: left out
+               {"ok": True, "start_s": 6.0, "planned_tokens": 300, "output_tokens": 240},
+               {"ok": True, "start_s": 7.0, "planned_tokens": 100, "output_tokens": 100},
+               {"ok": False, "start_s": 8.0, "planned_tokens": 500, "output_tokens": None}]
+    assert token_accounting(records, 5.0) == {"planned": 400, "reported": 340, "requests_reported_short": 1,
+                                              "reported_vs_planned": 0.85}

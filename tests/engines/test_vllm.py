@@ -192,16 +192,19 @@ async def test_engine_priority_orders_vllms_own_queue(
                     break
 
     async with httpx.AsyncClient(timeout=300) as http:
-        fill = [asyncio.create_task(stream(http, url, chat(vllm, 300, True, text=f"fill {i}"), LONG))
+        # long enough that no fill ends by itself during the test; they are cancelled instead
+        fill = [asyncio.create_task(stream(http, url, chat(vllm, 1800, True, text=f"fill {i}"), LONG))
                 for i in range(MAX_NUM_SEQS)]
         await eventually(lambda: _running_is(vllm, MAX_NUM_SEQS), within_s=120)
         late_long = asyncio.create_task(first_token("long", chat(vllm, 20, True, text="long"), LONG))
         await eventually(lambda: _waiting_is(vllm, 1), within_s=60)
         short = asyncio.create_task(first_token("short", chat(vllm, 5, True, text="short"), SHORT))
         await eventually(lambda: _waiting_is(vllm, 2), within_s=60)
-        await asyncio.gather(late_long, short)
-        for run in fill:
+        fill[0].cancel()  # one slot frees: vLLM's scheduler picks one of the two waiting
+        await eventually(lambda: len(started) == 1, within_s=120)
+        for run in fill[1:]:
             run.cancel()
+        await asyncio.gather(late_long, short)
         await asyncio.gather(*fill, return_exceptions=True)
     assert started == (["short", "long"] if engine_priority else ["long", "short"])
     await eventually(lambda: engine_idle(vllm), within_s=60)

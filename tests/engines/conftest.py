@@ -9,11 +9,12 @@ where no vLLM Python is installed (``.ci/run`` installs one into ``.venv-vllm``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from gateway.app import create_app
 from gateway.settings import Settings
@@ -49,14 +50,24 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
 
 
 @pytest.fixture
-def engine_gateway(vllm: VllmServer, redis_url: str, prefix: str) -> Iterator[Callable[..., str]]:
+async def engine_redis(embedded_redis_url: str) -> AsyncIterator[Redis]:
+    """A client of the gateways' Redis: the embedded Valkey, always. These tests are about the
+    engine; the queue scripts are tested against REDIS_URL's server elsewhere, and a shared
+    server slowed by other users would delay grants past the engine states waited for here."""
+    client = Redis.from_url(embedded_redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def engine_gateway(vllm: VllmServer, embedded_redis_url: str, prefix: str) -> Iterator[Callable[..., str]]:
     """Start a gateway in front of the vLLM server: ``start(backend overrides, settings overrides)``."""
     with ExitStack() as stack:
 
         def start(backend: dict[str, Any] | None = None, **overrides: Any) -> str:
             b = {"name": "vllm", "url": vllm.url, "models": [vllm.model], "max_concurrency": MAX_NUM_SEQS}
             b.update(backend or {})
-            values: dict[str, Any] = {"redis_url": redis_url, "key_prefix": prefix, "backends": [b],
+            values: dict[str, Any] = {"redis_url": embedded_redis_url, "key_prefix": prefix, "backends": [b],
                                       "probe_interval_s": 0.2}
             values.update(overrides)
             return stack.enter_context(running_app(create_app(Settings.model_validate(values))))

@@ -220,7 +220,8 @@ async def _waiting_is(vllm: VllmServer, n: int) -> bool:
 
 @pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
 async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
-    vllm: VllmServer, engine_gateway: Callable[..., str], redis: Redis, prefix: str, make: Callable[..., dict]
+    vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
+    make: Callable[..., dict],
 ) -> None:
     """A long stream holding the only slot is paused for a short request, then resumed by
     vLLM itself (``continue_final_message`` on chat, prompt + text on completions)."""
@@ -232,7 +233,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
         victim = asyncio.create_task(stream(http, url, make(vllm, 400, True, True, "a long story"), LONG))
 
         async def progressed() -> bool:
-            return any(int(v) > 4 for v in (await redis.hgetall(keys.progress)).values())
+            return any(int(v) > 4 for v in (await engine_redis.hgetall(keys.progress)).values())
 
         await eventually(progressed, within_s=120)
         short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)

@@ -33,7 +33,7 @@ from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams
 from scheduler.policy.quota import QuotaLimits
 from scheduler.policy.reservation import ReservationParams
-from scheduler.predictor.factory import Built, PredictorSpec, PredictorUnavailable, build
+from scheduler.predictor.factory import Built, PredictorSpec, PredictorUnavailable, build, warm_start_file
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
@@ -88,6 +88,7 @@ def make_predictor(settings: Settings) -> Built:
     spec = PredictorSpec(
         name=settings.predictor, shared_name=settings.predictor_name, prefix=settings.key_prefix,
         prior_tokens=settings.prior_tokens, weights=settings.predictor_weights,
+        warm_start=warm_start_file(settings.predictor_warm_start),
     )
     try:
         return build(spec)

@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     predictor_name: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     predictor_sync_s: float = Field(default=5.0, gt=0)  # share what was learned this often
     prior_tokens: float = Field(default=250.0, gt=0)  # cold-start guess
+    # what the learned model knows before its first reply: `builtin` (trained offline on
+    # public prompt -> length data, shipped in the package), `none`, or a warm-start file
+    predictor_warm_start: str = "builtin"
 
     # leases and liveness
     lease_ttl_s: float = Field(default=30.0, gt=0)
@@ -217,6 +220,9 @@ class Settings(BaseSettings):
             for path in self.predictor_weights:
                 if not path.is_file():
                     raise ValueError(f"predictor_weights: no such file: {path}")
+        warm = self.predictor_warm_start
+        if warm not in ("builtin", "none") and not Path(warm).is_file():
+            raise ValueError(f"predictor_warm_start: expected builtin, none or a file; no such file: {warm}")
         if self.long_share_min > self.long_share_max:
             raise ValueError("long_share_min must not exceed long_share_max")
         if self.short_max_tokens > self.medium_max_tokens:

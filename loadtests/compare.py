@@ -104,6 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "YAML), e.g. --gateway-set long_share_max=0.75; the mode's own settings win")
     p.add_argument("--smoke", action="store_true",
                    help="tiny run for tests: fast profile, one load, a few seconds per mode")
+    from loadtests.engines.bench import add_arguments as add_engine_arguments
+
+    add_engine_arguments(p)
 
 
 def compare_config(args: argparse.Namespace) -> CompareConfig:
@@ -258,6 +261,10 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C and SIGTERM stop the children too, even when started where SIGINT is ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _stop_on_term)
+    if getattr(args, "engine", "sim") == "vllm":
+        from loadtests.engines.bench import run as run_engine
+
+        return run_engine(args)
     cfg = compare_config(args)
     workload = load_workload(cfg.workload)
     catalog = PromptCatalog(cfg.data_dir)

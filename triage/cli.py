@@ -1,5 +1,5 @@
 """The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis|fleet|chaos``,
-``predictor eval``, ``predictor finetune``.
+``predictor eval``, ``predictor finetune``, ``predictor warm-start``, ``engine vllm``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the
 predictor's tools) and imports each only when its subcommand runs. A configuration
@@ -37,10 +37,21 @@ def sim(args: argparse.Namespace) -> int:
 def predictor(action: str, argv: list[str]) -> int:
     """``predictor eval|finetune``: the rest of the line goes to the tool as it is (argparse's
     REMAINDER would not take a line that starts with an option, such as ``--train``)."""
+    if action == "warm-start":
+        from scheduler.predictor.tools.warm_start import main as warm_start_main
+
+        return warm_start_main(argv)
     from scheduler.predictor.tools.evaluate import finetune_main
     from scheduler.predictor.tools.evaluate import main as eval_main
 
     return (finetune_main if action == "finetune" else eval_main)(argv)
+
+
+def engine(argv: list[str]) -> int:
+    """``engine vllm``: a real vLLM serving a tiny random-weight model (its tool parses the line)."""
+    from loadtests.engines.cli import main as engine_main
+
+    return engine_main(argv)
 
 
 def loadtest(args: argparse.Namespace) -> int:
@@ -140,6 +151,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     psub = p.add_subparsers(dest="action", required=True)
     psub.add_parser("eval", help="train on files, report on another (--help for its flags)")
     psub.add_parser("finetune", help="fine-tune the encoder (embed extra), save it for predictor_weights")
+    psub.add_parser("warm-start", help="build the shipped warm start, or measure day one (build|evaluate)")
+
+    p = sub.add_parser("engine", help="real engines on loopback")
+    esub = p.add_subparsers(dest="engine", required=True)
+    esub.add_parser("vllm", help="serve a tiny random-weight Llama with vLLM (--help for its flags)")
     return parser
 
 
@@ -148,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     words = sys.argv[1:] if argv is None else argv
-    if len(words) >= 2 and words[0] == "predictor" and words[1] in ("eval", "finetune"):
+    if len(words) >= 2 and words[0] == "predictor" and words[1] in ("eval", "finetune", "warm-start"):
         return predictor(words[1], words[2:])  # the tool parses its own flags
+    if words[:2] == ["engine", "vllm"]:
+        return engine(words[2:])
     args = build_parser(words[0] if words else None).parse_args(words)
     if getattr(args, "config", None) is None and "TRIAGE_CONFIG" in os.environ:
         args.config = os.environ["TRIAGE_CONFIG"]

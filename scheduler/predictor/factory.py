@@ -14,6 +14,7 @@ from pathlib import Path
 
 from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
 from scheduler.predictor.prior import PriorPredictor
+from scheduler.predictor.warm_start import BUILTIN
 from scheduler.types import Predictor
 
 
@@ -30,6 +31,7 @@ class PredictorSpec:
     prefix: str = "triage"
     prior_tokens: float = 250.0
     weights: Sequence[Path] | None = None  # saved encoders, for "finetuned"
+    warm_start: Path | None = BUILTIN  # the lexical model's day-one state (None: the prior alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +40,17 @@ class Built:
     shared: LengthPredictor | None  # the part replicas share through Redis (none for the prior)
 
 
+def warm_start_file(setting: str) -> Path | None:
+    """The file a ``predictor_warm_start`` setting names: ``builtin``, ``none`` or a path."""
+    if setting == "builtin":
+        return BUILTIN
+    return None if setting == "none" else Path(setting)
+
+
 def _config(spec: PredictorSpec) -> PredictorConfig:
-    return PredictorConfig(name=spec.shared_name, prefix=spec.prefix, prior_tokens=spec.prior_tokens)
+    return PredictorConfig(
+        name=spec.shared_name, prefix=spec.prefix, prior_tokens=spec.prior_tokens, warm_start=spec.warm_start
+    )
 
 
 def _prior(spec: PredictorSpec) -> Built:

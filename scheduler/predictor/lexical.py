@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from scheduler.predictor import warm_start
 from scheduler.predictor.features import FeatureSpec, extract, template_key
 from scheduler.predictor.store import SharedState
 from scheduler.queue.keys import DEFAULT_PREFIX, predictor_key
@@ -65,7 +64,7 @@ class PredictorConfig:
     cap_hit_ratio: float = 0.95  # a reply this close to its max_tokens ran to the cap
     cap_shrink: float = 10.0  # share of capped replies that hit the cap = hits / (count + shrink)
     features: FeatureSpec = field(default_factory=FeatureSpec)
-    warm_start: Path | None = None  # JSON of fields -> values (see tools/evaluate.py --save-warm-start)
+    warm_start: Path | None = None  # fields -> values (warm_start.BUILTIN, or --save-warm-start's JSON)
 
 
 class LengthPredictor:
@@ -77,7 +76,7 @@ class LengthPredictor:
         self._state = SharedState(_BINS)
         self._prior_log = math.log(max(1.0, self.config.prior_tokens))
         if self.config.warm_start is not None:
-            self._state.load_base(orjson.loads(self.config.warm_start.read_bytes()))
+            self._state.load_base(warm_start.load(self.config.warm_start))
 
     @property
     def observations(self) -> float:

@@ -52,7 +52,8 @@ async def test_metrics_count_a_known_workload(observed: Callable[..., str]) -> N
 
 
 async def test_predictor_error_and_rank_accuracy(observed: Callable[..., str]) -> None:
-    # replies that end on their own (no ignore_eos, a cap far above): first from the prior...
+    # replies that end on their own (no ignore_eos, a cap far above): first from the shipped
+    # warm start (the learned model on day one)...
     prompts = [f"question {i}" for i in range(8)]
     base = observed()
     async with httpx.AsyncClient(timeout=120) as client:
@@ -61,7 +62,7 @@ async def test_predictor_error_and_rank_accuracy(observed: Callable[..., str]) -
             for p in prompts
         ]
     m = await scrape(base)
-    assert total(m, "triage_predictor_error_ratio_count", triage_prediction_source="prior") == 8
+    assert total(m, "triage_predictor_error_ratio_count", triage_prediction_source="learned") == 8
     assert (await get_json(base, "/admin/stats"))["predictor"]["pairs"] == 8
 
     # ...then on a fresh replica, with each true length sent as the hint: exact, perfectly ranked

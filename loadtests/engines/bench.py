@@ -1,0 +1,349 @@
+"""``triage bench compare --engine vllm``: the honest comparison against a real vLLM.
+
+The same workload, modes and run code as on the simulator (``loadtests/compare.py``),
+with the simulators replaced by one vLLM (CPU build, the tiny random-weight Llama) and
+a length sidecar (``length_proxy``) in front of it that stops each reply at its true
+length. Every arm goes through the sidecar, ``direct`` included; the gateway never
+sees a length (clients send no ``max_tokens``; the table lives in the sidecar only).
+
+Run-to-run spread on a shared machine is large, so each mode runs ``--repeats`` times,
+interleaved (repeat 1 runs every mode, then repeat 2, each repeat in a rotated order)
+so drifting machine noise hits every arm alike; the report gives medians with ranges.
+
+Before the runs it measures the engine's capacity three ways, closed-loop with every
+batch slot busy: straight to the sidecar; the same with an idle gateway process
+running beside it (the gateway shares the cores with the engine); and through that
+gateway. The ratios say what the gateway costs the engine here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gateway.embedded import EmbeddedRedis, free_port
+from gateway.settings import Settings
+from loadtests.compare import (
+    CompareError,
+    _one,
+    _train_predictor,
+    compare_config,
+    hidden_lengths_table,
+    load_config,
+    measure_capacity,
+)
+from loadtests.datasets import PromptCatalog
+from loadtests.engines.vllm import (
+    MODEL_NAME,
+    EngineUnavailable,
+    VllmSpec,
+    build_model,
+    find_python,
+    running_vllm,
+    vllm_version,
+)
+from loadtests.length_table import FILE_NAME, write_length_table
+from loadtests.report import record_json, write_json, write_records
+from loadtests.stack import Child, StackError, gateway, gateway_config
+from loadtests.workload import load_workload
+
+# (label, class or "overall", metric) of the table
+METRICS = (
+    ("short TTFT p50 (s)", "short", "ttft_p50_s"),
+    ("short TTFT p99 (s)", "short", "ttft_p99_s"),
+    ("short E2E mean (s)", "short", "e2e_mean_s"),
+    ("medium E2E mean (s)", "medium", "e2e_mean_s"),
+    ("long E2E p99 (s)", "long", "e2e_p99_s"),
+    ("output tok/s", "overall", "output_tps"),
+    ("requests ok", "overall", "count"),
+    ("failed", "overall", "failed"),
+    ("cancelled at drain end", "overall", "cancelled"),
+    ("reported / true output tokens", "tokens", "reported_vs_planned"),
+    ("concurrency limit, median", "limit", "limit"),
+    ("pauses per request", "pauses", "pauses_per_request"),
+    ("re-read prefill share", "pauses", "resume_prefill_share"),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags ``bench compare`` gains for a real engine."""
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="backends: simulators (default) or one real vLLM behind a length sidecar")
+    p.add_argument("--repeats", type=int, default=3, help="--engine vllm: runs per mode, interleaved (default 3)")
+    p.add_argument("--engine-model-dir", default=None, help="--engine vllm: the tiny model's folder (default OUT/model)")
+    p.add_argument("--cost-rounds", type=int, default=1,
+                   help="--engine vllm: rounds of engine capacity alone / beside a gateway / through it")
+    p.add_argument("--cost-only", action="store_true",
+                   help="--engine vllm: measure only what the gateway costs the engine, then stop")
+
+
+def _value(row: dict[str, Any], cls: str, key: str) -> float | None:
+    if cls == "limit":  # the gateway's adaptive limit, sampled every 0.5 s during the run
+        limits = [float(x["limit"]) for x in row.get("limit_trajectory") or [] if x.get("limit") is not None]
+        return statistics.median(limits) if limits else None
+    if cls == "tokens":
+        part = row.get("tokens") or {}
+    elif cls == "pauses":
+        part = row.get("pauses") or {}
+    else:
+        part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
+    value = part.get(key)
+    return None if value is None else float(value)
+
+
+def aggregate(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """mode -> metric label -> {median, min, max, n} over the repeats."""
+    out: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        rows = [r for r in runs if r["mode"] == mode]
+        out[mode] = {}
+        for label, cls, key in METRICS:
+            values = [v for v in (_value(r, cls, key) for r in rows) if v is not None]
+            out[mode][label] = ({"median": statistics.median(values), "min": min(values), "max": max(values),
+                                 "n": len(values)} if values else None)
+    return out
+
+
+def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ratios of two modes within each repeat (same noise), then their median and range."""
+    pairs = (
+        ("short TTFT p99, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "ttft_p99_s"),
+        ("short TTFT p99, fifo / short_first", "fifo", "short_first", "short", "ttft_p99_s"),
+        ("short E2E mean, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "e2e_mean_s"),
+        ("short E2E mean, fifo / short_first", "fifo", "short_first", "short", "e2e_mean_s"),
+        ("long E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "long", "e2e_p99_s"),
+        ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps"),
+        ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps"),
+        ("short TTFT p99, short_first_preempt / oracle_preempt", "short_first_preempt", "oracle_preempt", "short",
+         "ttft_p99_s"),
+    )
+    out = []
+    for name, num, den, cls, key in pairs:
+        values = []
+        for rep in sorted({r["repeat"] for r in runs}):
+            a = next((r for r in runs if r["repeat"] == rep and r["mode"] == num), None)
+            b = next((r for r in runs if r["repeat"] == rep and r["mode"] == den), None)
+            x, y = (_value(a, cls, key) if a else None), (_value(b, cls, key) if b else None)
+            if x is not None and y:
+                values.append(round(x / y, 3))
+        if values:
+            out.append({"ratio": name, "values": values, "median": statistics.median(values)})
+    return out
+
+
+def _sidecar(upstream: str, table: Path, logs: Path) -> Child:
+    port = free_port()
+    cmd = [sys.executable, "-m", "loadtests.engines.length_proxy", "--upstream", upstream, "--table", str(table),
+           "--port", str(port)]
+    return Child("length sidecar", cmd, f"http://127.0.0.1:{port}", logs / "length-proxy.log")
+
+
+def group_cpu_s(pgid: int, pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by every live process of a process group
+    (or by the one process ``pid``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat") if pid is None else [Path(f"/proc/{pid}/stat")]:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if pid is not None or int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime, stime
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[str, ...], redis_url: str,
+                   logs: Path, rounds: int, engine_pgid: int) -> dict[str, Any]:
+    """Engine capacity (output tokens/s, closed loop) alone, beside an idle gateway process,
+    and through that gateway; the three interleaved ``rounds`` times, medians and ranges.
+    Through the gateway, also the CPU the gateway process and the engine each used."""
+    cfg = replace(cfg, capacity_rps=None)  # always measured here, even when --capacity is given
+    conf = gateway_config(redis_url, f"cmpcost{uuid.uuid4().hex[:8]}", "fifo", list(direct), cfg.sim.model,
+                          cfg.sim.max_num_seqs, free_port())
+    tps: dict[str, list[float]] = {"alone": [], "beside_idle_gateway": [], "through_gateway": []}
+    cores: dict[str, list[float]] = {"gateway": [], "engine": []}
+    for _ in range(rounds):
+        tps["alone"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
+        child = gateway(conf, "gateway-cost", logs)
+        try:
+            url = child.start("/ready")
+            tps["beside_idle_gateway"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
+            via = replace(base, target=replace(base.target, urls=(url,)))
+            pid = child._proc.pid if child._proc is not None else 0
+            g0, e0, t0 = group_cpu_s(0, pid), group_cpu_s(engine_pgid), time.monotonic()
+            tps["through_gateway"].append(measure_capacity(cfg, via, catalog, (url,))["output_tps"])
+            wall = time.monotonic() - t0
+            cores["gateway"].append(round((group_cpu_s(0, pid) - g0) / wall, 3))
+            cores["engine"].append(round((group_cpu_s(engine_pgid) - e0) / wall, 3))
+        except StackError as exc:
+            raise CompareError(str(exc)) from None
+        finally:
+            child.stop()
+    out: dict[str, Any] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "values": v}
+                           for k, v in tps.items()}
+    alone = [max(x, 1e-9) for x in tps["alone"]]
+    for key in ("beside_idle_gateway", "through_gateway"):
+        ratios = [round(x / a, 3) for x, a in zip(tps[key], alone, strict=True)]  # paired within a round
+        out[f"{key}_ratio"] = {"median": statistics.median(ratios), "values": ratios}
+    out["cores_used_through_gateway"] = cores  # CPU seconds per second of the run, per process (group)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers ran on: cores, CPU model, load average (others share this machine)."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
+    return {"cores": os.cpu_count(), "cpu": model, "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = compare_config(args)
+    at_start = machine()
+    if args.repeats < 1:
+        raise CompareError("--repeats must be at least 1")
+    workload = load_workload(cfg.workload)
+    catalog = PromptCatalog(cfg.data_dir)
+    thresholds = (Settings.model_fields["short_max_tokens"].default,
+                  Settings.model_fields["medium_max_tokens"].default)
+    table = hidden_lengths_table(cfg, workload, catalog) or write_length_table((cfg.out / FILE_NAME).resolve(), {})
+    logs = cfg.out / "logs"
+    try:
+        python = find_python()
+        version = vllm_version(python)
+        model_dir = build_model(python, Path(args.engine_model_dir or cfg.out / "model").resolve())
+    except EngineUnavailable as exc:
+        raise CompareError(str(exc)) from None
+    spec = VllmSpec(model_dir=model_dir, max_num_seqs=cfg.sim.max_num_seqs, max_model_len=16384,
+                    kv_cache_bytes=1 << 30)
+    cfg = replace(cfg, sim=replace(cfg.sim, model=MODEL_NAME, profile=f"vllm-{version}"))
+    runs: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        redis = EmbeddedRedis()
+        redis_url = redis.start()
+        stack.callback(redis.stop)
+        try:
+            engine = stack.enter_context(running_vllm(spec, python, logs / "vllm.log"))
+        except EngineUnavailable as exc:
+            raise CompareError(str(exc)) from None
+        started_s = engine.started_s
+        _log(cfg, f"vLLM {version} up in {started_s:.0f} s at {engine.url}")
+        sidecar = _sidecar(engine.url, table, logs)
+        stack.callback(sidecar.stop)
+        try:
+            direct = (sidecar.start("/health"),)
+        except StackError as exc:
+            raise CompareError(str(exc)) from None
+        base = load_config(cfg, workload, direct, 1.0, None)
+        capacity = measure_capacity(cfg, base, catalog, direct)
+        _log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
+        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds, engine.proc.pid)
+        _log(cfg, f"gateway cost: {costs}")
+        if args.cost_only:
+            write_json(cfg.json_path, {"schema": "triage.compare-engine-cost/1", "engine": f"vllm {version}",
+                                       "machine": {"at_start": at_start, "at_end": machine()},
+                                       "capacity_s": cfg.capacity_s, "max_num_seqs": cfg.sim.max_num_seqs,
+                                       "gateway_cost": costs})
+            return 0
+        trained = _train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
+        for rep in range(args.repeats):
+            order = cfg.modes[rep % len(cfg.modes):] + cfg.modes[: rep % len(cfg.modes)]
+            for load in cfg.loads:
+                for mode in order:
+                    row, records = _one(cfg, workload, catalog, mode, load, load * capacity["rps"], None, direct,
+                                        redis_url, thresholds, logs, trained)
+                    row["repeat"] = rep
+                    row["tokens"] = token_accounting([record_json(r) for r in records], cfg.warmup_s)
+                    runs.append(row)
+                    write_records(cfg.out / "runs" / f"{mode}-{load}-r{rep}.jsonl", records)
+    report = {
+        "schema": "triage.compare-engine/1",
+        "config": {"engine": f"vllm {version}", "model": "tiny random-weight Llama (loadtests/engines/tiny_model.py)",
+                   "workload": workload.name, "lengths": workload.lengths.value, "loads": list(cfg.loads),
+                   "modes": list(cfg.modes), "repeats": args.repeats, "max_num_seqs": cfg.sim.max_num_seqs,
+                   "duration_s": cfg.duration_s, "warmup_s": cfg.warmup_s, "drain_s": cfg.drain_s,
+                   "predictor_training_s": cfg.train_s, "seed": cfg.seed, "class_thresholds": list(thresholds),
+                   "length_stop": "sidecar (loadtests/engines/length_proxy.py): max_tokens + ignore_eos"},
+        "machine": {"at_start": at_start, "at_end": machine(), "vllm_start_s": round(started_s, 1)},
+        "capacity": capacity,
+        "gateway_cost": costs,
+        "data_origin": catalog.origin,
+        "summary": aggregate(runs, cfg.modes),
+        "paired_ratios": paired_ratios(runs),
+        "runs": runs,
+    }
+    write_json(cfg.json_path, report)
+    (cfg.out / "compare.md").write_text(markdown(report), encoding="utf-8")
+    if not cfg.quiet:
+        print(markdown(report))
+    return 0 if all(r["overall"]["count"] for r in runs) else 1
+
+
+def _fmt(cell: dict[str, Any] | None, whole: bool = False) -> str:
+    if cell is None:
+        return "-"
+    m, lo, hi = cell["median"], cell["min"], cell["max"]
+    digits = 0 if whole or m >= 100 else 2
+    return f"{m:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table: per mode, median over the repeats (min–max)."""
+    modes = report["config"]["modes"]
+    lines = ["| metric | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+    for label, _, _ in METRICS:
+        whole = label in ("requests ok", "failed", "cancelled at drain end")
+        lines.append(f"| {label} | " + " | ".join(_fmt(report["summary"][m][label], whole) for m in modes) + " |")
+    lines.append("")
+    lines.append("| paired ratio (per repeat) | values | median |")
+    lines.append("|---|---|---:|")
+    for r in report["paired_ratios"]:
+        lines.append(f"| {r['ratio']} | {', '.join(f'{v:.2f}' for v in r['values'])} | {r['median']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _log(cfg: Any, text: str) -> None:
+    if not cfg.quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
+def token_accounting(records: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
+    """Output tokens the client was told (usage) against the true lengths the sidecar made
+    the engine generate, over the measured requests that completed."""
+    ok = [r for r in records if r.get("ok") and r.get("start_s", 0.0) >= warmup_s]
+    planned = sum(int(r["planned_tokens"]) for r in ok)
+    reported = sum(int(r["output_tokens"] or 0) for r in ok)
+    short = sum(1 for r in ok if (r["output_tokens"] or 0) < r["planned_tokens"])
+    return {"planned": planned, "reported": reported, "requests_reported_short": short,
+            "reported_vs_planned": round(reported / planned, 4) if planned else None}
+
+
+def rebuild(path: Path, runs_dir: Path | None = None) -> str:
+    """Recompute a saved report's summary and table from its runs (``python -m
+    loadtests.engines.bench FILE [RUNS_DIR]``): the figures come from the rows, never from
+    the table; with the run records (``OUT/runs``), also each row's token accounting."""
+    import orjson
+
+    report = orjson.loads(path.read_bytes())
+    if runs_dir is not None:
+        for row in report["runs"]:
+            records_path = runs_dir / f"{row['mode']}-{row['load']}-r{row['repeat']}.jsonl"
+            records = [orjson.loads(line) for line in records_path.read_bytes().splitlines() if line.strip()]
+            row["tokens"] = token_accounting(records, report["config"]["warmup_s"])
+    modes = tuple(report["config"]["modes"])
+    report["summary"] = aggregate(report["runs"], modes)
+    report["paired_ratios"] = paired_ratios(report["runs"])
+    write_json(path, report)
+    return markdown(report)
+
+
+if __name__ == "__main__":
+    print(rebuild(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None))

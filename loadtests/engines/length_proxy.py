@@ -1,0 +1,164 @@
+"""A loopback sidecar in front of a real engine that stops each reply at its true length.
+
+An honest benchmark sends prompts only (no ``max_tokens``: the gateway must learn
+lengths from what it relays), yet each reply must end at the length the real reply to
+that prompt had. The simulator reads a length table for that; a real engine cannot, so
+this proxy sits between whoever calls (a gateway, or the ``direct`` clients) and vLLM,
+and sets ``max_tokens`` from the table (``loadtests/length_table.py``), keyed by the chat
+request's last user message or the completions prompt, plus ``ignore_eos`` so random
+weights never end a reply early (and ``skip_special_tokens: false``, so the text of a
+reply re-encodes to the tokens generated). Every arm of a comparison, ``direct`` included, goes
+through it, so it costs every arm the same.
+
+Why a sidecar rather than a logits processor inside vLLM: it needs no engine plugin
+(vLLM's plugin API moves between releases), works for any OpenAI-compatible engine, and
+the gateway cannot read it: the table lives in this process only.
+
+A continuation (the gateway resuming a paused stream: a final assistant message with
+``continue_final_message``, or a completions prompt that extends a listed one) gets the
+*rest* of its length: the true length less the tokens of the text so far, counted by the
+engine's own ``/tokenize``. Requests that match no row pass through unchanged.
+
+    python -m loadtests.engines.length_proxy --upstream URL --table FILE [--port P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import uvicorn
+
+from loadtests.length_table import read_length_table
+
+Scope = dict[str, Any]
+
+
+class LengthProxy:
+    """The ASGI app: rewrites ``max_tokens`` of generation requests, relays everything else."""
+
+    def __init__(self, upstream: str, lengths: dict[str, int]) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.lengths = lengths
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
+                                        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
+        self.rewritten = 0
+        self.unmatched = 0
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                event = (await receive())["type"]
+                if event == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif event == "lifespan.shutdown":
+                    await self.client.aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path = scope["path"]
+        if scope["method"] == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            body = await self.rewrite(path, body)
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
+        request = self.client.build_request(scope["method"], self.upstream + path, content=body, headers=headers,
+                                            params=scope.get("query_string", b"").decode())
+        try:
+            try:
+                response = await self.client.send(request, stream=True)
+            except (httpx.RemoteProtocolError, httpx.ConnectError):
+                # a kept-alive connection the engine had just closed: nothing was read, send once more
+                response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            await _answer(send, 502, orjson.dumps({"error": {"message": f"upstream: {exc}", "type": "proxy_error",
+                                                               "param": None, "code": None}}))
+            return
+        try:
+            out = [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length", b"transfer-encoding")]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        except OSError:
+            pass  # the caller left: closing the upstream response aborts the request in the engine
+        finally:
+            await response.aclose()
+
+    async def rewrite(self, path: str, raw: bytes) -> bytes:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return raw
+        if not isinstance(body, dict):
+            return raw
+        tokens = await self.remaining(path, body)
+        if tokens is None:
+            self.unmatched += 1
+            return raw
+        self.rewritten += 1
+        body["max_tokens"] = max(1, tokens)
+        body.pop("max_completion_tokens", None)
+        body["ignore_eos"] = True
+        # special tokens stay in the text, so the text so far re-encodes to exactly the tokens
+        # generated (the tiny model's word-level vocabulary round-trips; see tiny_model.py)
+        body["skip_special_tokens"] = False
+        return orjson.dumps(body)
+
+    async def remaining(self, path: str, body: dict[str, Any]) -> int | None:
+        """The tokens this request may still generate; None when its prompt is not listed."""
+        if path == "/v1/chat/completions":
+            messages = body.get("messages") or []
+            users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            if not users or not isinstance(users[-1].get("content"), str):
+                return None
+            total = self.lengths.get(users[-1]["content"])
+            last = messages[-1] if messages else {}
+            if total is None or not (body.get("continue_final_message") and last.get("role") == "assistant"):
+                return total
+            return total - await self.count(body.get("model"), str(last.get("content") or ""))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return None
+        if prompt in self.lengths:
+            return self.lengths[prompt]
+        for listed, total in self.lengths.items():  # a continuation: the listed prompt + text so far
+            if prompt.startswith(listed):
+                return total - await self.count(body.get("model"), prompt[len(listed):])
+        return None
+
+    async def count(self, model: Any, text: str) -> int:
+        """Tokens of ``text`` by the engine's own tokenizer (vLLM's ``/tokenize``)."""
+        if not text:
+            return 0
+        resp = await self.client.post(f"{self.upstream}/tokenize",
+                                      json={"model": model, "prompt": text, "add_special_tokens": False})
+        resp.raise_for_status()
+        return int(resp.json()["count"])
+
+
+async def _answer(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--upstream", required=True, help="the engine's base URL")
+    parser.add_argument("--table", type=Path, required=True, help="JSON lines of {prompt, output_tokens}")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    app = LengthProxy(args.upstream, read_length_table(args.table))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""A real vLLM (CPU build) serving a tiny random-weight Llama, with real gateways in front.
+
+One server for the whole folder: its start-up (a minute or more on a busy 2-core
+machine) is paid once. It runs priority scheduling with a small batch and a bounded
+queue, so every test here can reach the state it needs: 4 requests running, at most 6
+in the engine (running + waiting) before vLLM answers 503. Skipped, with the reason,
+where no vLLM Python is installed (``.ci/run`` installs one into ``.venv-vllm``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from loadtests.engines.vllm import (
+    EngineUnavailable,
+    VllmServer,
+    VllmSpec,
+    build_model,
+    find_python,
+    running_vllm,
+    vllm_version,
+)
+from tests.support import running_app
+
+MAX_NUM_SEQS = 4
+MAX_IN_ENGINE = 6  # --max-num-queued-reqs: running + waiting
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    try:
+        python = find_python()
+        vllm_version(python)
+    except EngineUnavailable as exc:
+        pytest.skip(f"no vLLM to test against: {exc}")
+    model = build_model(python, tmp_path_factory.mktemp("tiny-llama"), seed=0)
+    spec = VllmSpec(
+        model_dir=model, max_num_seqs=MAX_NUM_SEQS, max_num_queued_reqs=MAX_IN_ENGINE,
+        scheduling_policy="priority",
+    )  # fmt: skip
+    with running_vllm(spec, python) as server:
+        yield server
+
+
+@pytest.fixture
+async def engine_redis(embedded_redis_url: str) -> AsyncIterator[Redis]:
+    """A client of the gateways' Redis: the embedded Valkey, always. These tests are about the
+    engine; the queue scripts are tested against REDIS_URL's server elsewhere, and a shared
+    server slowed by other users would delay grants past the engine states waited for here."""
+    client = Redis.from_url(embedded_redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def engine_gateway(vllm: VllmServer, embedded_redis_url: str, prefix: str) -> Iterator[Callable[..., str]]:
+    """Start a gateway in front of the vLLM server: ``start(backend overrides, settings overrides)``."""
+    with ExitStack() as stack:
+
+        def start(backend: dict[str, Any] | None = None, **overrides: Any) -> str:
+            b = {"name": "vllm", "url": vllm.url, "models": [vllm.model], "max_concurrency": MAX_NUM_SEQS}
+            b.update(backend or {})
+            values: dict[str, Any] = {"redis_url": embedded_redis_url, "key_prefix": prefix, "backends": [b],
+                                      "probe_interval_s": 0.2}
+            values.update(overrides)
+            return stack.enter_context(running_app(create_app(Settings.model_validate(values))))
+
+        yield start

@@ -1,0 +1,251 @@
+"""The gateway in front of a real vLLM: what the simulator only imitates, checked against
+the engine itself (its CPU build, a tiny random-weight model, one server for the folder).
+
+Bodies carry ``ignore_eos`` (a vLLM extension the gateway passes through): random weights
+would otherwise stop at the end-of-sequence token about once in 4,096 sampled tokens, and
+every length asserted here is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from loadtests.engines.vllm import VllmServer, metric
+from scheduler.queue.keys import PoolKeys
+from tests.engines.conftest import MAX_IN_ENGINE, MAX_NUM_SEQS
+from tests.support import eventually
+
+LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: lowest engine priority, may be paused
+SHORT = {"x-triage-expected-tokens": "5"}
+
+
+def chat(vllm: VllmServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Hello") -> dict:
+    body: dict[str, Any] = {"model": vllm.model, "messages": [{"role": "user", "content": text}],
+                            "max_tokens": tokens, "ignore_eos": True, "stream": stream}
+    if usage is not None:
+        body["stream_options"] = {"include_usage": usage}
+    return body
+
+
+def completion(vllm: VllmServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Once") -> dict:
+    body: dict[str, Any] = {"model": vllm.model, "prompt": text, "max_tokens": tokens, "ignore_eos": True,
+                            "stream": stream}
+    if usage is not None:
+        body["stream_options"] = {"include_usage": usage}
+    return body
+
+
+def path_of(body: dict) -> str:
+    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
+
+
+def events(raw: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+
+
+def text_of(chunks: list[dict[str, Any]]) -> str:
+    return "".join((c.get("delta") or {}).get("content") or c.get("text") or "" for e in chunks for c in e["choices"])
+
+
+async def stream(http: httpx.AsyncClient, url: str, body: dict, headers: dict[str, str] | None = None) -> bytes:
+    async with http.stream("POST", f"{url}{path_of(body)}", json=body, headers=headers or {}) as resp:
+        assert resp.status_code == 200, await resp.aread()
+        return b"".join([chunk async for chunk in resp.aiter_raw()])
+
+
+async def engine_metric(vllm: VllmServer, name: str, **labels: str) -> float:
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"{vllm.url}/metrics")).text
+    from loadtests.engines.vllm import parse_metrics
+
+    return metric(parse_metrics(text), name, **labels)
+
+
+async def engine_idle(vllm: VllmServer) -> bool:
+    running = await engine_metric(vllm, "vllm:num_requests_running")
+    return running == 0 and await engine_metric(vllm, "vllm:num_requests_waiting") == 0
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+async def test_non_streamed_requests_pass_through_with_usage(
+    vllm: VllmServer, engine_gateway: Callable[..., str], make: Callable[..., dict]
+) -> None:
+    url = engine_gateway()
+    async with httpx.AsyncClient(timeout=120) as http:
+        resp = await http.post(f"{url}{path_of(make(vllm, 1, False))}", json=make(vllm, 12, False))
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["model"] == vllm.model and body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 12 and body["usage"]["prompt_tokens"] > 0
+    assert (body["choices"][0].get("message") or {}).get("content") or body["choices"][0].get("text")
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+@pytest.mark.parametrize("usage", [None, False, True], ids=["no-options", "usage-off", "usage-on"])
+async def test_streams_pass_through_and_usage_is_kept_only_when_asked(
+    vllm: VllmServer, engine_gateway: Callable[..., str], make: Callable[..., dict], usage: bool | None
+) -> None:
+    url = engine_gateway()
+    async with httpx.AsyncClient(timeout=120) as http:
+        raw = await stream(http, url, make(vllm, 10, True, usage))
+    chunks = events(raw)
+    assert raw.endswith(b"data: [DONE]\n\n") and text_of(chunks)
+    with_usage = [e["usage"] for e in chunks if e.get("usage")]
+    if usage:
+        assert len(with_usage) == 1 and with_usage[0]["completion_tokens"] == 10
+    else:  # the gateway asked vLLM for usage (to count tokens) and strips it again
+        assert with_usage == []
+    finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
+    assert finishes == ["length"]
+
+
+async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
+    vllm: VllmServer, engine_gateway: Callable[..., str]
+) -> None:
+    """vLLM 0.32 counts a frontend abort in no counter (``request_success_total`` has an
+    ``abort`` label only for aborts inside the engine), so its metrics show it this way: the
+    request leaves ``num_requests_running``, no request finished, and far fewer than the
+    1,500 tokens asked were generated."""
+    url = engine_gateway()
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+    finished = await engine_metric(vllm, "vllm:request_success_total")
+    generated = await engine_metric(vllm, "vllm:generation_tokens_total")
+    async with httpx.AsyncClient(timeout=120) as http:
+        async with http.stream("POST", f"{url}/v1/chat/completions", json=chat(vllm, 1500, True)) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("data: {") and text_of([orjson.loads(line[6:])]):
+                    break  # the first content: vLLM is generating; now the client leaves
+            assert await engine_metric(vllm, "vllm:num_requests_running") == 1
+
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+    assert await engine_metric(vllm, "vllm:request_success_total") == finished  # none ran to its end
+    assert await engine_metric(vllm, "vllm:generation_tokens_total") - generated < 1500
+
+
+async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_gateway: Callable[..., str]) -> None:
+    url = engine_gateway({"max_concurrency": MAX_IN_ENGINE, "adaptive": True})
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+    async with httpx.AsyncClient(timeout=300) as http:
+        runs = [asyncio.create_task(stream(http, url, chat(vllm, 1200, True, text=f"story {i}")))
+                for i in range(MAX_IN_ENGINE)]
+
+        async def view() -> dict[str, Any]:
+            return (await http.get(f"{url}/admin/backends")).json()["backends"][0]
+
+        async def sees_the_engine_queue() -> bool:  # vLLM's running/waiting, as the gateway read them
+            engine = (await view())["engine"]
+            return engine["running"] == MAX_NUM_SEQS and engine["waiting"] == MAX_IN_ENGINE - MAX_NUM_SEQS
+
+        await eventually(sees_the_engine_queue, within_s=120)
+
+        async def limit_cut() -> bool:
+            v = await view()
+            return v["limit"] < MAX_IN_ENGINE and v["limit_reason"] == "engine is queueing"
+
+        await eventually(limit_cut, within_s=60)
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+
+
+async def test_a_full_vllm_queue_is_absorbed_by_the_gateway_queue(
+    vllm: VllmServer, engine_gateway: Callable[..., str]
+) -> None:
+    """vLLM answers 503 past --max-num-queued-reqs; the gateway holds the request and retries
+    it from its own queue, so every client request succeeds."""
+    clients = 2 * MAX_IN_ENGINE
+    url = engine_gateway({"max_concurrency": clients, "adaptive": False})
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+    rejected = await engine_metric(vllm, "vllm:admission_rejections_total", reason="max_num_queued_reqs")
+    async with httpx.AsyncClient(timeout=300) as http:
+        body = chat(vllm, 60, False)
+        answers = await asyncio.gather(*(http.post(f"{url}/v1/chat/completions", json=body) for _ in range(clients)))
+    assert await engine_metric(vllm, "vllm:admission_rejections_total", reason="max_num_queued_reqs") > rejected
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] * clients, [a.text for a in answers if a.status_code != 200][:1]
+
+
+@pytest.mark.parametrize("engine_priority", [True, False], ids=["engine-priority", "fcfs-order"])
+async def test_engine_priority_orders_vllms_own_queue(
+    vllm: VllmServer, engine_gateway: Callable[..., str], engine_priority: bool
+) -> None:
+    """Four long requests fill vLLM's batch; a long one, then a short one, wait in vLLM's own
+    queue. With ``engine_priority`` the gateway's order reaches vLLM as ``priority`` and the
+    short one starts first; without it vLLM sees equal priorities and keeps arrival order."""
+    url = engine_gateway({"max_concurrency": MAX_IN_ENGINE, "adaptive": False, "engine_priority": engine_priority})
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+    started: list[str] = []
+
+    async def first_token(name: str, body: dict, headers: dict[str, str]) -> None:
+        async with http.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("data: {") and text_of([orjson.loads(line[6:])]):
+                    started.append(name)
+                    break
+
+    async with httpx.AsyncClient(timeout=300) as http:
+        # long enough that no fill ends by itself during the test; they are cancelled instead
+        fill = [asyncio.create_task(stream(http, url, chat(vllm, 1800, True, text=f"fill {i}"), LONG))
+                for i in range(MAX_NUM_SEQS)]
+        await eventually(lambda: _running_is(vllm, MAX_NUM_SEQS), within_s=120)
+        late_long = asyncio.create_task(first_token("long", chat(vllm, 20, True, text="long"), LONG))
+        await eventually(lambda: _waiting_is(vllm, 1), within_s=60)
+        short = asyncio.create_task(first_token("short", chat(vllm, 5, True, text="short"), SHORT))
+        await eventually(lambda: _waiting_is(vllm, 2), within_s=60)
+        fill[0].cancel()  # one slot frees: vLLM's scheduler picks one of the two waiting
+        await eventually(lambda: len(started) == 1, within_s=120)
+        for run in fill[1:]:
+            run.cancel()
+        await asyncio.gather(late_long, short)
+        await asyncio.gather(*fill, return_exceptions=True)
+    assert started == (["short", "long"] if engine_priority else ["long", "short"])
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+
+
+async def _running_is(vllm: VllmServer, n: int) -> bool:
+    return await engine_metric(vllm, "vllm:num_requests_running") == n
+
+
+async def _waiting_is(vllm: VllmServer, n: int) -> bool:
+    return await engine_metric(vllm, "vllm:num_requests_waiting") == n
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
+    vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
+    make: Callable[..., dict],
+) -> None:
+    """A long stream holding the only slot is paused for a short request, then resumed by
+    vLLM itself (``continue_final_message`` on chat, prompt + text on completions)."""
+    url = engine_gateway({"max_concurrency": 1, "adaptive": False, "resume": "vllm"},
+                         preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05)
+    keys = PoolKeys(prefix, "default")
+    await eventually(lambda: engine_idle(vllm), within_s=60)
+    async with httpx.AsyncClient(timeout=300) as http:
+        victim = asyncio.create_task(stream(http, url, make(vllm, 400, True, True, "a long story"), LONG))
+
+        async def progressed() -> bool:
+            return any(int(v) > 4 for v in (await engine_redis.hgetall(keys.progress)).values())
+
+        await eventually(progressed, within_s=120)
+        short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
+        raw = await victim
+    assert events(short)[-1]["usage"]["completion_tokens"] == 5
+    assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n")
+    chunks = events(raw)
+    assert len({e["id"] for e in chunks}) == 1
+    finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
+    assert finishes == ["length"]
+    usage = [e["usage"] for e in chunks if e.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == 400  # both parts, summed
+    if make is chat:
+        assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
+    assert text_of(chunks)

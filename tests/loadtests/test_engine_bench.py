@@ -1,0 +1,50 @@
+"""The real-engine comparison's summary: medians and ranges over repeats, ratios paired
+within a repeat (no engine needed: these are the pure parts)."""
+
+from __future__ import annotations
+
+from loadtests.engines.bench import aggregate, markdown, paired_ratios
+
+
+def row(mode: str, repeat: int, ttft_p99: float, tps: float) -> dict:
+    return {"mode": mode, "repeat": repeat,
+            "classes": {"short": {"ttft_p99_s": ttft_p99, "ttft_p50_s": 0.1, "e2e_mean_s": 1.0},
+                        "medium": {"e2e_mean_s": 2.0}, "long": {"e2e_p99_s": None}},
+            "overall": {"output_tps": tps, "count": 10, "failed": 0}}
+
+
+RUNS = [row("fifo", 0, 4.0, 100.0), row("short_first_preempt", 0, 1.0, 95.0),
+        row("fifo", 1, 9.0, 90.0), row("short_first_preempt", 1, 1.5, 99.0),
+        row("fifo", 2, 6.0, 80.0), row("short_first_preempt", 2, 3.0, 80.0)]
+
+
+def test_medians_and_ranges_over_repeats() -> None:
+    summary = aggregate(RUNS, ("fifo", "short_first_preempt"))
+    assert summary["fifo"]["short TTFT p99 (s)"] == {"median": 6.0, "min": 4.0, "max": 9.0, "n": 3}
+    assert summary["fifo"]["long E2E p99 (s)"] is None  # no long request: no figure, not a zero
+
+
+def test_ratios_are_paired_within_each_repeat() -> None:
+    ratios = {r["ratio"]: r for r in paired_ratios(RUNS)}
+    ttft = ratios["short TTFT p99, fifo / short_first_preempt"]
+    assert ttft["values"] == [4.0, 6.0, 2.0] and ttft["median"] == 4.0
+    assert "output TPS, fifo / direct" not in ratios  # no direct run: no ratio
+
+
+def test_the_table_lists_every_mode_with_median_and_range() -> None:
+    report = {"config": {"modes": ["fifo", "short_first_preempt"]},
+              "summary": aggregate(RUNS, ("fifo", "short_first_preempt")), "paired_ratios": paired_ratios(RUNS)}
+    text = markdown(report)
+    assert "| short TTFT p99 (s) | 6.00 (4.00–9.00) | 1.50 (1.00–3.00) |" in text
+    assert "| requests ok | 10 (10–10) | 10 (10–10) |" in text
+
+
+def test_token_accounting_compares_what_clients_were_told_with_the_true_lengths() -> None:
+    from loadtests.engines.bench import token_accounting
+
+    records = [{"ok": True, "start_s": 0.5, "planned_tokens": 100, "output_tokens": 100},  # warm-up: left out
+               {"ok": True, "start_s": 6.0, "planned_tokens": 300, "output_tokens": 240},
+               {"ok": True, "start_s": 7.0, "planned_tokens": 100, "output_tokens": 100},
+               {"ok": False, "start_s": 8.0, "planned_tokens": 500, "output_tokens": None}]
+    assert token_accounting(records, 5.0) == {"planned": 400, "reported": 340, "requests_reported_short": 1,
+                                              "reported_vs_planned": 0.85}

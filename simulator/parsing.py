@@ -17,9 +17,12 @@ from simulator.textgen import Vocabulary
 
 
 def parse_request(
-    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, vocab: Vocabulary
+    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, vocab: Vocabulary,
+    implicit_latest: bool = False,
 ) -> GenerationRequest:
-    """Validate one request body. Raises ``ApiError`` (400, or 404 for an unknown model)."""
+    """Validate one request body. Raises ``ApiError`` (400, or 404 for an unknown model).
+
+    ``implicit_latest``: the bare name of a ``name:latest`` model is that model (Ollama)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -30,7 +33,7 @@ def parse_request(
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "Missing required parameter: 'model'.", param="model")
-    if model != served_model:
+    if model != served_model and not (implicit_latest and model + ":latest" == served_model):
         raise ApiError(
             404,
             f"The model `{model}` does not exist.",

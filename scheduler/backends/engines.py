@@ -119,6 +119,18 @@ NEUTRAL = EngineProfile(
 )
 
 
+def priority_value(p: EngineProfile, order: str, priority: int) -> int | None:
+    """What ``priority`` does an engine get for the gateway's order ``priority`` (lower
+    runs first)? ``order``: ``auto`` (the engine's own direction), ``lower_first`` or
+    ``higher_first`` (configured, for an engine started the other way round). None: the
+    engine reads no such field, so none is sent."""
+    if order == "auto":
+        if not p.priority_field:
+            return None
+        order = "higher_first" if p.higher_first else "lower_first"
+    return -priority if order == "higher_first" else priority
+
+
 def profile(engine: Engine | str | None) -> EngineProfile:
     return NEUTRAL if engine is None else PROFILES[Engine(engine)]
 

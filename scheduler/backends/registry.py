@@ -177,12 +177,7 @@ class BackendRegistry:
         """The ``priority`` field to send a backend for the gateway's order (lower first),
         in the engine's direction; None for an engine that reads no such field."""
         b = self.backends[name]
-        order = b.config.priority_order
-        if order == "auto":
-            if not b.profile.priority_field:
-                return None
-            order = "higher_first" if b.profile.higher_first else "lower_first"
-        return -priority if order == "higher_first" else priority
+        return engines.priority_value(b.profile, b.config.priority_order, priority)
 
     def pool_of(self, model: str) -> str | None:
         for b in self.backends.values():

@@ -163,16 +163,22 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
 
     engine = state.engine
     start, plan = _reply(state, req)
-    seq = Sequence(
-        req.prompt_tokens,
-        plan.tokens,
-        plan.finish_reason,
-        streamed=req.stream,
-        arrival=engine.now(),
-        drop_after=state.faults.faults.drop_after_tokens,
-        blocks=_blocks(state, req, start),
-    )
-    engine.submit(seq)
+    # n choices are n sequences of the same plan (the simulator samples nothing: they read alike)
+    seqs = [
+        Sequence(
+            req.prompt_tokens,
+            plan.tokens,
+            plan.finish_reason,
+            streamed=req.stream,
+            arrival=engine.now(),
+            drop_after=state.faults.faults.drop_after_tokens,
+            blocks=_blocks(state, req, start),
+        )
+        for _ in range(req.n)
+    ]
+    for seq in seqs:
+        engine.submit(seq)
+    seq = seqs[0]
 
     request_id = new_request_id(endpoint)
     created = int(time.time())
@@ -181,21 +187,20 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
         return TokenStream(engine, seq, writer, req.include_usage, wire.usage_on_last_chunk)
 
-    await wait_finished(request.receive, engine, seq)
-    if seq.dropped:
+    await wait_finished(request.receive, engine, *seqs)
+    if any(s.dropped for s in seqs):
         return DroppedResponse()
-    if seq.finish_reason is FinishReason.ABORT:
+    if any(s.finish_reason is FinishReason.ABORT for s in seqs):
         return Response(status_code=499)  # the client is gone; nothing will be delivered
-    assert seq.finish_reason is not None
+    choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
     body = full_response(
         endpoint,
         request_id,
         created,
         req.model,
-        state.vocab.text(start, seq.generated),
-        seq.finish_reason,
+        choices,
         seq.prompt_tokens,
-        seq.generated,
+        sum(s.generated for s in seqs),
     )
     return Response(body, media_type="application/json")
 

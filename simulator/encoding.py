@@ -48,30 +48,30 @@ def full_response(
     request_id: str,
     created: int,
     model: str,
-    text: str,
-    finish_reason: FinishReason,
+    choices: list[tuple[str, FinishReason]],
     prompt_tokens: int,
     completion_tokens: int,
 ) -> bytes:
-    """The body of a non-streamed response."""
-    if endpoint is Endpoint.CHAT:
-        choice: dict[str, object] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": str(finish_reason),
-        }
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": str(finish_reason)}
-        obj = "text_completion"
+    """The body of a non-streamed response: one (text, finish reason) per choice;
+    ``completion_tokens`` counts every choice's, as OpenAI's usage does."""
+    out: list[dict[str, object]] = []
+    for i, (text, finish_reason) in enumerate(choices):
+        if endpoint is Endpoint.CHAT:
+            out.append({
+                "index": i,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": str(finish_reason),
+            })
+        else:
+            out.append({"index": i, "text": text, "logprobs": None, "finish_reason": str(finish_reason)})
     return orjson.dumps(
         {
             "id": request_id,
-            "object": obj,
+            "object": "chat.completion" if endpoint is Endpoint.CHAT else "text_completion",
             "created": created,
             "model": model,
-            "choices": [choice],
+            "choices": out,
             "usage": usage(prompt_tokens, completion_tokens),
         }
     )

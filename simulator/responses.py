@@ -27,23 +27,27 @@ SSE_HEADERS = [
 ]
 
 
-async def abort_on_disconnect(receive: Receive, engine: Engine, seq: Sequence) -> None:
-    """Abort ``seq`` when the client disconnects. Cancel this task once the response is done."""
+async def abort_on_disconnect(receive: Receive, engine: Engine, *seqs: Sequence) -> None:
+    """Abort ``seqs`` when the client disconnects. Cancel this task once the response is done."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            engine.abort(seq)
+            for seq in seqs:
+                engine.abort(seq)
             return
 
 
-async def wait_finished(receive: Receive, engine: Engine, seq: Sequence) -> None:
-    """Until ``seq`` ends by itself or because the client left (non-streamed requests)."""
-    watcher = asyncio.create_task(abort_on_disconnect(receive, engine, seq))
+async def wait_finished(receive: Receive, engine: Engine, *seqs: Sequence) -> None:
+    """Until every one of ``seqs`` (a request's choices) ends by itself or because the
+    client left (non-streamed requests)."""
+    watcher = asyncio.create_task(abort_on_disconnect(receive, engine, *seqs))
     try:
-        while not seq.finished:
-            await seq.wait()
+        for seq in seqs:
+            while not seq.finished:
+                await seq.wait()
     except asyncio.CancelledError:
-        engine.abort(seq)
+        for seq in seqs:
+            engine.abort(seq)
         raise
     finally:
         watcher.cancel()

@@ -137,3 +137,15 @@ def test_dialect_flag() -> None:
     assert settings_from_args(parser.parse_args(["--dialect", "tgi"])).dialect is Dialect.TGI
     with pytest.raises(SystemExit):
         parser.parse_args(["--dialect", "nope"])
+
+
+def test_n_choices_non_streamed(sims: dict[Dialect, str]) -> None:
+    url = sims[Dialect.VLLM]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": True}
+    resp = httpx.post(f"{url}/v1/chat/completions", json={**body, "n": 3}, timeout=30).json()
+    assert [c["index"] for c in resp["choices"]] == [0, 1, 2]
+    assert all(c["finish_reason"] == "length" and c["message"]["content"] for c in resp["choices"])
+    assert resp["usage"]["completion_tokens"] == 12  # every choice's tokens
+    streamed = httpx.post(f"{url}/v1/chat/completions", json={**body, "n": 2, "stream": True}, timeout=30)
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "n"
+    assert httpx.post(f"{url}/v1/chat/completions", json={**body, "n": 0}, timeout=30).status_code == 400

@@ -105,15 +105,14 @@ async def test_bad_embeddings_requests_are_400(gw: str, body: dict[str, Any], pa
 
 
 async def test_n_choices_are_placed_as_n_times_the_work(gw: str) -> None:
-    # the prior predicts 250 tokens: one choice is short work, two are 500 tokens of it
-    # (the class header comes with the backend's answer, whatever it is: the simulator
-    # serves one choice only)
+    # the prior predicts 250 tokens a reply: one choice is short work, two are 500 tokens
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     async with httpx.AsyncClient(timeout=30) as client:
         one = await client.post(f"{gw}/v1/chat/completions", json=chat)
         two = await client.post(f"{gw}/v1/chat/completions", json={**chat, "n": 2})
         bad = await client.post(f"{gw}/v1/chat/completions", json={**chat, "n": 0})
-    assert one.status_code == 200
+    assert one.status_code == two.status_code == 200
     assert one.headers["x-triage-class"] == "short"
     assert two.headers["x-triage-class"] == "medium"
+    assert len(two.json()["choices"]) == 2
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "n"

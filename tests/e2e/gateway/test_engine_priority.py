@@ -70,4 +70,5 @@ async def test_priority_runs_the_engines_way(
         assert sent == [None, None]
         return
     urgent, later = sent
+    assert isinstance(urgent, int) and isinstance(later, int)
     assert sign * later > sign * urgent  # batch work is the later one, in the engine's own terms

@@ -161,6 +161,8 @@ class BackendRegistry:
 
     def resolve(self, model: str) -> str | None:
         """The served model a requested name stands for (aliases, Ollama's ``:latest``)."""
+        if any(model in b.models for b in self.backends.values()):
+            return model  # the common case, without building the set
         served = {m for b in self.backends.values() for m in b.models}
         return names.resolve(model, served, self.aliases)
 

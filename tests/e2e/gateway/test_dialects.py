@@ -51,7 +51,7 @@ def sims() -> Iterator[dict[Dialect, str]]:
 
 
 def _gateway(gateway_factory: Callable[..., str], url: str, **backend: Any) -> str:
-    return gateway_factory([{"name": "sim", "url": url, **backend}], probe_interval_s=0.05)
+    return gateway_factory([{"name": "sim", "url": url, **backend}], probe_interval_s=0.2)
 
 
 async def _backend(base: str) -> dict[str, Any]:

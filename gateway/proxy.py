@@ -31,6 +31,8 @@ from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.tracing import BackendCall, Reply
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
 from scheduler.errors import NoBackend, SchedulerError
+from scheduler.policy.quota import reserve_tokens
+from scheduler.quota import Hold, Quotas
 from scheduler.service import Admission, Scheduler
 from scheduler.types import CallResult, Grant, Outcome, PredictInput
 
@@ -51,15 +53,31 @@ class Exchange:
         self.call: BackendCall | None = None  # the backend call's span
         self.reply: Reply | None = None  # usage and timing of the answer, once known
         self.paused = False  # its slot went to more urgent work: the stream is being closed
+        self.hold: Hold | None = None  # its share of its quotas, settled when it ends
         self._closing: asyncio.Task[None] | None = None
         self._finished = False
 
     def again(self, adm: Admission) -> Exchange:
         """A fresh exchange for a retry of the same request."""
-        return Exchange(self.proxy, self.req, self.ctx, adm)
+        fresh = Exchange(self.proxy, self.req, self.ctx, adm)
+        fresh.hold = self.hold
+        return fresh
+
+    def settle(self, usage: dict[str, int] | None) -> None:
+        """The request is over: its quotas learn what it really used. Once (``Hold``).
+        Usage unknown: nothing if it never reached a backend, else the reservation stands."""
+        if self.hold is None:
+            return
+        if usage and isinstance(usage.get("prompt_tokens"), int):
+            real: int | None = usage["prompt_tokens"] + int(usage.get("completion_tokens") or 0)
+        else:
+            real = 0 if self.grant is None else None
+        self.hold.settle(real)
 
     def headers(self) -> dict[str, str]:
         headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.adm.placement.cls.value}
+        if self.hold is not None:
+            headers.update(self.hold.headers.headers())
         if self.grant is not None:
             headers["x-triage-queue-ms"] = f"{self.grant.queued_s * 1000:.1f}"
             headers["x-triage-backend"] = self.grant.backend
@@ -126,6 +144,7 @@ class Exchange:
         self.finish(CallResult(
             stats.error is None, 200, tokens if stats.completed else None, stats.ttft_s, stats.tpot_s(tokens)
         ))
+        self.settle(stats.usage)
         gone = Outcome.CLIENT_GONE if stats.client_gone else None
         self.ctx.trace.end(200, Outcome.STREAM_BROKEN if stats.error else gone)
 
@@ -147,9 +166,24 @@ class Proxy:
     comment_after_s = 1.0  # a queued stream starts and shows its place after this long
     comment_every_s = 1.0
 
-    def __init__(self, scheduler: Scheduler, upstream: Upstream) -> None:
+    def __init__(self, scheduler: Scheduler, upstream: Upstream, quotas: Quotas | None = None) -> None:
         self.scheduler = scheduler
         self.upstream = upstream
+        self.quotas = quotas  # None: no quota is configured anywhere
+
+    async def _charge(self, req: InferenceRequest, ctx: RequestContext, adm: Admission) -> Hold | None:
+        """Admission against the tenant's and the key's quotas, before the request is queued."""
+        if self.quotas is None:
+            return None
+        p = ctx.principal
+        reserve = reserve_tokens(req.prompt_chars, adm.placement.prediction.tokens, req.max_tokens)
+        plan = self.quotas.plan(p.tenant, p.key_id, p.quotas, reserve)
+        if plan is None:
+            return None
+        try:
+            return await self.quotas.admit(plan, ctx.request_id)
+        except SchedulerError as exc:
+            raise _refused(ctx, exc) from None
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
         inp = PredictInput(
@@ -163,6 +197,7 @@ class Proxy:
             raise from_scheduler(exc) from None
         ctx.trace.enqueued(req, adm.placement, adm.ticket, adm.pool)
         exchange = Exchange(self, req, ctx, adm)
+        exchange.hold = await self._charge(req, ctx, adm)
         watch = DisconnectWatch(request.receive)  # one watcher for the whole request
         response: Response | None = None
         try:
@@ -187,6 +222,7 @@ class Proxy:
         finally:
             if not isinstance(response, RelayResponse):  # a stream takes the watch over
                 watch.stop()
+                exchange.settle(None)  # a no-op when the answer settled it already
 
     async def _open_with_retry(
         self, watch: DisconnectWatch, exchange: Exchange
@@ -235,6 +271,7 @@ class Proxy:
             finally:
                 await response.aclose()
         exchange.finish_response(response)
+        exchange.settle(exchange.reply.usage if exchange.reply else None)
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backends.registry import BackendConfig, BackendRegistry
-from scheduler.errors import NoBackend
+from scheduler.errors import BackendsDown, NoBackend
 from scheduler.policy.classify import Classifier
 from scheduler.policy.order import engine_priority, retry_order
 from scheduler.queue.dispatcher import Dispatcher, Watch
@@ -69,6 +69,8 @@ class Scheduler:
         pool = self.registry.pool_of(inp.model)
         if pool is None:
             raise NoBackend(f"The model '{inp.model}' does not exist or no backend serves it.")
+        if not self.registry.serves(inp.model):  # queueing would only wait for the deadline
+            raise BackendsDown(f"Every backend serving the model '{inp.model}' is down; retry shortly.")
         if self.classifier.blocking:  # a neural predictor: keep the event loop free
             placement = await asyncio.to_thread(self.classifier.place, inp, tier, oracle_tokens)
         else:
@@ -111,7 +113,7 @@ class Scheduler:
 
     # -- the backend -------------------------------------------------------------------
     def route(self, adm: Admission, grant: Grant) -> Route:
-        backend = self.registry.backends[grant.backend].config
+        backend = self.registry.config_of(grant.backend)
         if not backend.engine_priority:
             return Route(backend, None)
         return Route(backend, self.registry.priority_for(backend.name, engine_priority(adm.ticket)))

@@ -144,17 +144,66 @@ class BackendRegistry:
         for pool in {c.pool for c in configs}:
             size = sum(1 for c in configs if c.pool == pool)
             self.reservations[pool] = Reservation(reservation or ReservationParams(), size)
+        self._reservation_params = reservation or ReservationParams()
+        self._breaker = (fail_threshold, recover_successes)
         self.backends: dict[str, BackendState] = {}
         for c in configs:
-            params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
-            state = BackendState(
-                c, AdaptiveLimit(params), self.reservations[c.pool],
-                Breaker(fail_threshold, recover_successes), set(c.models or ()),
-            )
-            if c.engine is not None:
-                _apply_profile(state, engines.Engine(c.engine), "configured")
-            self.backends[c.name] = state
+            self.backends[c.name] = self._state(c)
+        self.retired: dict[str, BackendConfig] = {}  # removed by a reload; requests on them finish
         self._task: asyncio.Task[None] | None = None
+
+    def _state(self, c: BackendConfig) -> BackendState:
+        params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
+        state = BackendState(
+            c, AdaptiveLimit(params), self.reservations[c.pool], Breaker(*self._breaker), set(c.models or ()),
+        )
+        if c.engine is not None:
+            _apply_profile(state, engines.Engine(c.engine), "configured")
+        return state
+
+    def config_of(self, name: str) -> BackendConfig:
+        """A backend's config, also of one a reload removed while a request still ran on it."""
+        state = self.backends.get(name)
+        return state.config if state is not None else self.retired[name]
+
+    async def reconcile(self, configs: Iterable[BackendConfig]) -> list[str]:
+        """Make the backends those of a reloaded config; returns what changed, in words.
+
+        A removed backend is published as down (no new grants; running requests finish on
+        it); a new one is probed at once; a changed one keeps its health and statistics and
+        takes the new settings (a new limit starts from the new ``max_concurrency``)."""
+        wanted = {c.name: c for c in configs}
+        changes: list[str] = []
+        for name in [n for n in self.backends if n not in wanted]:
+            state = self.backends.pop(name)
+            self.retired[name] = state.config
+            gone = BackendRecord(name=name, limit=0, down=True, models=(), weight=state.config.weight)
+            try:
+                await self._dispatcher.publish_backend(state.config.pool, gone)
+            except RedisError as exc:
+                log.warning("could not retire backend %s: %s", name, exc)
+            changes.append(f"removed backend {name}")
+        for name, c in wanted.items():
+            old = self.backends.get(name)
+            if old is not None and old.config == c:
+                continue
+            if c.pool not in self.reservations:
+                self.reservations[c.pool] = Reservation(self._reservation_params, 1)
+                self._dispatcher.add_pool(c.pool)
+            if old is None:
+                state = self._state(c)
+                changes.append(f"added backend {name}")
+            else:
+                state = self._state(c)
+                state.breaker, state.errors_total, state.speed = old.breaker, old.errors_total, old.speed
+                state.ttft, state.tpot, state.has_metrics = old.ttft, old.tpot, old.has_metrics
+                if c.models is None:
+                    state.models = old.models
+                changes.append(f"changed backend {name}")
+            self.retired.pop(name, None)
+            self.backends[name] = state
+            await self._probe(state)
+        return changes
 
     def models(self) -> list[str]:
         return sorted({m for b in self.backends.values() for m in b.models})
@@ -178,7 +227,11 @@ class BackendRegistry:
     def priority_for(self, name: str, priority: int) -> int | None:
         """The ``priority`` field to send a backend for the gateway's order (lower first),
         in the engine's direction; None for an engine that reads no such field."""
-        b = self.backends[name]
+        b = self.backends.get(name)
+        if b is None:  # removed by a reload while a request still runs on it
+            config = self.config_of(name)
+            profile = engines.profile(config.engine) if config.engine is not None else engines.NEUTRAL
+            return engines.priority_value(profile, config.priority_order, priority)
         return engines.priority_value(b.profile, b.config.priority_order, priority)
 
     def pool_of(self, model: str) -> str | None:
@@ -190,6 +243,14 @@ class BackendRegistry:
     def alternatives(self, model: str, failed: str) -> bool:
         """Is there another healthy backend for this model?"""
         return any(b.name != failed and b.healthy and model in b.models for b in self.backends.values())
+
+    def serves(self, model: str) -> bool:
+        """Is a healthy backend serving this model?"""
+        return any(b.healthy and model in b.models for b in self.backends.values())
+
+    def down(self) -> list[str]:
+        """The backends that are down now, by name."""
+        return [b.name for b in self.backends.values() if not b.healthy]
 
     def any_healthy(self) -> bool:
         return any(b.healthy for b in self.backends.values())

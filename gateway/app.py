@@ -48,6 +48,8 @@ def backend_configs(settings: Settings) -> list[BackendConfig]:
             name=b.name, url=b.url, pool=b.pool, max_concurrency=b.max_concurrency,
             models=tuple(b.models) if b.models is not None else None, api_key=b.api_key,
             weight=b.weight, engine_priority=b.engine_priority, resume=b.resume != "none",
+            engine=b.engine, concurrency_set="max_concurrency" in b.model_fields_set,
+            priority_order=b.engine_priority_order,
             limit=LimitParams(
                 initial=b.max_concurrency, floor=b.min_concurrency, ceiling=b.max_concurrency,
                 adaptive=b.adaptive, ttft_target_s=settings.ttft_target_s, tpot_target_s=settings.tpot_target_s,
@@ -139,7 +141,8 @@ def create_app(
             QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
         )
         registry = BackendRegistry(
-            configs, HttpProbe(client), dispatcher, settings.probe_interval_s, reservation_params(settings)
+            configs, HttpProbe(client), dispatcher, settings.probe_interval_s, reservation_params(settings),
+            aliases=settings.aliases,
         )
         shared = predictor.shared
         sync = PredictorSync(shared, redis, settings.predictor_sync_s) if shared is not None else None
@@ -175,6 +178,9 @@ def create_app(
                 quotas.defaults, quotas.tenants = quota_config(new)
                 applied["quotas"] = (new.default_quota, new.tenant_quotas)
                 changes.append("quotas")
+            if new.aliases != registry.aliases:
+                registry.aliases = dict(new.aliases)
+                changes.append("aliases")
             changes += await registry.reconcile(backend_configs(new))
             for pool in registry.reservations:  # a new pool's depth, in /metrics and /admin/stats
                 telemetry.depth.add_pool(pool)

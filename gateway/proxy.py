@@ -190,7 +190,8 @@ class Proxy:
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
         inp = PredictInput(
             model=req.model, tenant=ctx.principal.tenant, prompt=req.prompt, system=req.system,
-            prompt_chars=req.prompt_chars, n_messages=req.n_messages, max_tokens=req.max_tokens, hint=ctx.hint,
+            prompt_chars=req.prompt_chars, n_messages=req.n_messages, max_tokens=req.cap, hint=ctx.hint,
+            n=req.n,
         )
         try:
             adm = await self.scheduler.admit(inp, ctx.tier, ctx.timeout_s, ctx.request_id, ctx.oracle_tokens)

@@ -26,7 +26,7 @@ from gateway.settings import ConfigError, Settings, load_settings
 log = logging.getLogger("triage.reload")
 
 # what a reload applies; every other setting needs a restart
-RELOADABLE = frozenset({"backends", "api_keys", "default_quota", "tenant_quotas"})
+RELOADABLE = frozenset({"backends", "api_keys", "default_quota", "tenant_quotas", "aliases"})
 
 
 @dataclass(frozen=True, slots=True)

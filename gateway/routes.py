@@ -1,9 +1,16 @@
 """The HTTP surface: OpenAI-compatible endpoints, health and readiness.
 
-Handlers take the raw ``Request`` (no pydantic body models on the hot path; the two
+Handlers take the raw ``Request`` (no pydantic body models on the hot path; the
 inference endpoints are plain Starlette routes, without FastAPI's per-request
 dependency machinery), turn every failure into an OpenAI-style error, and hand the
-work to ``Proxy``.
+work to ``Proxy``. A requested model name is resolved to a served one first
+(aliases, Ollama's implicit ``:latest``: ``scheduler/backends/names.py``), and the
+backend is sent the served name.
+
+``/v1/models`` lists each served model once, with the fields its backend gave
+(vLLM's ``max_model_len``, ``owned_by``, ...); ``/v1/models/{id}`` answers one, by the
+same name resolution. ``/v1/embeddings`` is queued like generation, as short work
+(it makes no output tokens), and its answer passed through.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -57,6 +65,9 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         trace.principal(request_id, principal.tenant, principal.key_id)
         raw = await read_body(request.receive, headers, gw.settings.max_body_bytes, gw.settings.body_timeout_s)
         req = parse(raw, endpoint, gw.settings.max_tokens_limit)
+        served = gw.registry.resolve(req.model)
+        if served is not None:
+            req = req.with_model(served)
         timeout_ms = parse_int_header(headers.get("x-triage-timeout-ms"), "x-triage-timeout-ms")
         hint, on_length = _hint(gw, principal, headers.get("x-triage-expected-tokens"))
         ctx = RequestContext(
@@ -97,9 +108,19 @@ async def completions(request: Request) -> Response:
     return await _inference(request, Endpoint.COMPLETIONS)
 
 
+async def embeddings(request: Request) -> Response:
+    return await _inference(request, Endpoint.EMBEDDINGS)
+
+
 # plain Starlette routes: FastAPI's per-request dependency solving buys nothing here
 router.add_route("/v1/chat/completions", chat_completions, methods=["POST"], include_in_schema=False)
 router.add_route("/v1/completions", completions, methods=["POST"], include_in_schema=False)
+router.add_route("/v1/embeddings", embeddings, methods=["POST"], include_in_schema=False)
+
+
+def _card(card: dict[str, Any], now: int) -> dict[str, Any]:
+    """A backend's model card as it gave it, with OpenAI's required fields where it left them out."""
+    return {"object": "model", "created": now, "owned_by": "triage", **card}
 
 
 @router.get("/v1/models")
@@ -110,8 +131,23 @@ async def models(request: Request) -> Response:
     except GatewayError as exc:
         return exc.response()
     now = int(time.time())
-    data = [{"id": m, "object": "model", "created": now, "owned_by": "triage"} for m in gw.registry.models()]
-    return _json({"object": "list", "data": data})
+    return _json({"object": "list", "data": [_card(c, now) for c in gw.registry.cards()]})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(request: Request, model_id: str) -> Response:
+    gw: Gateway = request.app.state.gateway
+    try:
+        gw.auth.authenticate(request.headers.get("authorization"))
+        served = gw.registry.resolve(model_id)
+        card = next((c for c in gw.registry.cards() if c["id"] == served), None)
+        if card is None:
+            raise GatewayError(
+                404, f"The model '{model_id}' does not exist.", code="model_not_found", param="model"
+            )
+    except GatewayError as exc:
+        return exc.response()
+    return _json(_card(card, int(time.time())))
 
 
 @router.get("/health")

@@ -6,6 +6,7 @@ must change a field (``stream_options.include_usage``), and then re-encoded once
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,12 @@ from gateway.errors import GatewayError, bad_request
 class Endpoint(enum.StrEnum):
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"
+    EMBEDDINGS = "/v1/embeddings"
 
     @property
     def operation(self) -> str:
         """The OpenTelemetry GenAI operation name."""
-        return "chat" if self is Endpoint.CHAT else "text_completion"
+        return {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}.get(self.value, "text_completion")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,19 @@ class InferenceRequest:
     n_messages: int
     body: dict[str, Any]
     raw: bytes
+    n: int = 1  # choices asked for
+
+    @property
+    def cap(self) -> int | None:
+        """The most output tokens it may make: ``max_tokens`` per choice; an embedding
+        makes none, so it is capped at one and placed as short work."""
+        return 1 if self.endpoint is Endpoint.EMBEDDINGS else self.max_tokens
+
+    def with_model(self, model: str) -> InferenceRequest:
+        """The same request for the served name ``model`` (an alias, or Ollama's ``:latest``)."""
+        if model == self.model:
+            return self
+        return dataclasses.replace(self, model=model, body={**self.body, "model": model}, raw=b"")
 
     def upstream_body(self, priority: int | None = None) -> bytes:
         """The bytes to send upstream: the client's own unless a field must change."""
@@ -48,7 +63,7 @@ class InferenceRequest:
             changes["stream_options"] = options
         if priority is not None:
             changes["priority"] = priority
-        if not changes:
+        if not changes and self.raw:
             return self.raw
         return orjson.dumps({**self.body, **changes})
 
@@ -97,6 +112,34 @@ def _chat_prompt(body: dict[str, Any]) -> tuple[str, str, int, int]:
     return last_user, system, chars, len(messages)
 
 
+MAX_N = 128  # choices one request may ask for (OpenAI's bound)
+
+
+def _n(body: dict[str, Any]) -> int:
+    value = body.get("n")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request("'n' must be an integer", "n", "invalid_type")
+    if not 1 <= value <= MAX_N:
+        raise bad_request(f"'n' must be between 1 and {MAX_N}, got {value}", "n", "invalid_value")
+    return value
+
+
+def _embedding_input(body: dict[str, Any]) -> tuple[str, str, int, int]:
+    value = body.get("input")
+    if isinstance(value, str) and value:
+        return value, "", len(value), 1
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return value[0], "", sum(len(v) for v in value), len(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return "", "", 4 * len(value), 1  # token ids
+        if all(isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value):
+            return "", "", 4 * sum(len(v) for v in value), len(value)
+    raise bad_request("'input' must be a non-empty string, array of strings, or array of token ids", "input")
+
+
 def _completion_prompt(body: dict[str, Any]) -> tuple[str, str, int, int]:
     prompt = body.get("prompt")
     if isinstance(prompt, str):
@@ -142,6 +185,9 @@ def parse(raw: bytes, endpoint: Endpoint, max_tokens_limit: int) -> InferenceReq
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("You must provide a model parameter.", "model", "missing_model")
+    if endpoint is Endpoint.EMBEDDINGS:  # one answer, never streamed, no output tokens
+        prompt, system, chars, n = _embedding_input(body)
+        return InferenceRequest(endpoint, model, False, False, None, prompt, system, chars, n, body, raw)
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean", "stream", "invalid_type")
@@ -150,10 +196,11 @@ def parse(raw: bytes, endpoint: Endpoint, max_tokens_limit: int) -> InferenceReq
         raise bad_request("'stream_options' must be an object", "stream_options", "invalid_type")
     include_usage = bool(options and options.get("include_usage"))
     max_tokens = _max_tokens(body, max_tokens_limit)
+    choices = _n(body)
     extract = _chat_prompt if endpoint is Endpoint.CHAT else _completion_prompt
     prompt, system, chars, n = extract(body)
     return InferenceRequest(
-        endpoint, model, bool(stream), include_usage, max_tokens, prompt, system, chars, n, body, raw
+        endpoint, model, bool(stream), include_usage, max_tokens, prompt, system, chars, n, body, raw, choices
     )
 
 

@@ -42,6 +42,12 @@ class BackendSettings(BaseModel):
     # how a paused generation is continued: vllm and sglang continue a partial assistant
     # message (continue_final_message) or a completions prompt + text; none: never paused
     resume: Literal["vllm", "sglang", "none"] = "none"
+    # which server it is (metric names, priority direction, a starting limit:
+    # scheduler/backends/engines.py); omitted: detected from its /metrics, /v1/models, server header
+    engine: Literal["vllm", "sglang", "tgi", "llamacpp", "ollama", "openai"] | None = None
+    # which way `priority` runs when engine_priority is on; auto: the engine's default
+    # (sglang: higher first, unless run with --schedule-low-priority-values-first)
+    engine_priority_order: Literal["auto", "lower_first", "higher_first"] = "auto"
 
     @model_validator(mode="after")
     def _floor(self) -> BackendSettings:
@@ -99,6 +105,8 @@ class Settings(BaseSettings):
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
     tiers: list[str] = Field(default_factory=lambda: ["interactive", "batch"])  # most urgent first
     tenant_weights: dict[str, float] = Field(default_factory=dict)  # fair share; default 1
+    # model names clients may use for a served one: {llama3.2: "llama3.2:latest", gpt-4o-mini: "qwen2.5:7b"}
+    aliases: dict[str, str] = Field(default_factory=dict)
 
     # queueing
     max_queue: int = Field(default=10_000, ge=0)  # per pool; 0: unbounded
@@ -209,6 +217,11 @@ class Settings(BaseSettings):
         for key in self.api_keys:
             if key.tier not in self.tiers:
                 raise ValueError(f"api key tier '{key.tier}' is not one of tiers {self.tiers}")
+        for alias, target in self.aliases.items():
+            if not alias or not target:
+                raise ValueError("aliases: names and targets must not be empty")
+            if alias == target:
+                raise ValueError(f"aliases.{alias}: an alias must name another model")
         for tenant, weight in self.tenant_weights.items():
             if weight <= 0:
                 raise ValueError(f"tenant_weights.{tenant} must be above 0")

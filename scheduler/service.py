@@ -48,7 +48,7 @@ class Admission:
 @dataclass(frozen=True, slots=True)
 class Route:
     backend: BackendConfig
-    priority: int | None  # for engines with their own priority queue (lower runs first)
+    priority: int | None  # for engines with their own priority queue, in the engine's direction
 
 
 class Scheduler:
@@ -114,7 +114,9 @@ class Scheduler:
     # -- the backend -------------------------------------------------------------------
     def route(self, adm: Admission, grant: Grant) -> Route:
         backend = self.registry.config_of(grant.backend)
-        return Route(backend, engine_priority(adm.ticket) if backend.engine_priority else None)
+        if not backend.engine_priority:
+            return Route(backend, None)
+        return Route(backend, self.registry.priority_for(backend.name, engine_priority(adm.ticket)))
 
     def retry(self, adm: Admission, failed: str) -> Admission | None:
         """A second attempt after ``failed`` broke before answering; None if no other
@@ -160,4 +162,4 @@ class Scheduler:
         # model only the replies that ended early, biasing it low; the cap is a feature,
         # so what a cut reply teaches lands mostly on the cap, not on the text.
         if result.tokens is not None and result.ok:
-            self.classifier.predictor.observe(adm.inp, result.tokens)
+            self.classifier.learn(adm.inp, result.tokens)

@@ -58,6 +58,7 @@ class PredictInput:
     n_messages: int = 1
     max_tokens: int | None = None  # the client's cap, if it sent one
     hint: int | None = None  # x-triage-expected-tokens, if sent
+    n: int = 1  # choices asked for: each is generated in full
 
 
 class Predictor(Protocol):

@@ -3,7 +3,10 @@
 Routes:
 
 - ``POST /v1/chat/completions``, ``POST /v1/completions``: OpenAI-compatible generation.
-- ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (vLLM-compatible Prometheus text).
+- ``POST /v1/embeddings``: deterministic vectors, answered at once (``embeddings.py``).
+- ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text in the dialect's
+  names; vLLM's by default, none for Ollama). ``settings.dialect`` picks the server
+  whose wire habits are copied (``dialects.py``).
 - ``GET /sim/stats``, ``POST /sim/reset``, ``GET|POST /sim/faults``: hooks for tests.
 
 The generation routes are plain Starlette routes (no FastAPI body models or dependency
@@ -23,6 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from simulator.blocks import BlockHashes
+from simulator.dialects import SERVER, WIRES, Dialect, ServerHeader, model_card, render_metrics, served_name
+from simulator.embeddings import embed
 from simulator.encoding import FrameWriter, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
@@ -50,15 +55,17 @@ class SimState:
     faults: FaultInjector
     vocab: Vocabulary
     lengths: LengthTable | None  # known natural lengths, from settings.length_table
+    dialect: Dialect = Dialect.VLLM
 
 
 def create_app(settings: SimSettings) -> FastAPI:
     """The simulator app. Raises ``LengthTableError`` for a bad ``settings.length_table``."""
     profile = settings.resolve_profile()
-    metrics = Metrics(settings.model)
+    model = served_name(settings.dialect, settings.model)
+    metrics = Metrics(model)
     vocab = Vocabulary()
     state = SimState(
-        model=settings.model,
+        model=model,
         profile=profile,
         # A request must fit the KV cache on its own, or it could never be scheduled.
         max_model_len=min(profile.max_model_len, profile.kv_capacity_tokens),
@@ -67,6 +74,7 @@ def create_app(settings: SimSettings) -> FastAPI:
         faults=FaultInjector(settings.faults, seed=profile.seed),
         vocab=vocab,
         lengths=load_length_table(settings.length_table, vocab) if settings.length_table else None,
+        dialect=settings.dialect,
     )
 
     @asynccontextmanager
@@ -80,6 +88,9 @@ def create_app(settings: SimSettings) -> FastAPI:
     app = FastAPI(title="Triage simulator", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.sim = state
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
+    server = SERVER[settings.dialect]
+    if server is not None and server != "uvicorn":
+        app.add_middleware(ServerHeader, server=server)
 
     async def chat(request: Request) -> object:
         return await _generate(state, request, Endpoint.CHAT)
@@ -90,16 +101,14 @@ def create_app(settings: SimSettings) -> FastAPI:
     app.add_route("/v1/chat/completions", chat, methods=["POST"])  # type: ignore[arg-type]
     app.add_route("/v1/completions", completions, methods=["POST"])  # type: ignore[arg-type]
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = embed(await request.body(), state.model, state.dialect is Dialect.OLLAMA)
+        return Response(body, media_type="application/json")
+
     @app.get("/v1/models")
     async def models() -> dict[str, object]:
-        card = {
-            "id": state.model,
-            "object": "model",
-            "created": 0,
-            "owned_by": "triage-simulator",
-            "max_model_len": state.max_model_len,
-        }
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [model_card(state.dialect, state.model, state.max_model_len)]}
 
     @app.get("/health")
     async def health() -> Response:
@@ -107,7 +116,9 @@ def create_app(settings: SimSettings) -> FastAPI:
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        text = state.metrics.render(state.engine.gauges())
+        text = render_metrics(state.dialect, state.metrics, state.engine.gauges())
+        if text is None:
+            return Response("404 page not found\n", status_code=404, media_type="text/plain")
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/sim/stats")
@@ -145,42 +156,51 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
             code=refusal.status_code,
             retry_after=refusal.retry_after,
         )
-    req = parse_request(endpoint, await request.body(), state.model, state.max_model_len, state.vocab)
+    req = parse_request(
+        endpoint, await request.body(), state.model, state.max_model_len, state.vocab,
+        implicit_latest=state.dialect is Dialect.OLLAMA,
+    )
 
     engine = state.engine
     start, plan = _reply(state, req)
-    seq = Sequence(
-        req.prompt_tokens,
-        plan.tokens,
-        plan.finish_reason,
-        streamed=req.stream,
-        arrival=engine.now(),
-        drop_after=state.faults.faults.drop_after_tokens,
-        blocks=_blocks(state, req, start),
-    )
-    engine.submit(seq)
+    # n choices are n sequences of the same plan (the simulator samples nothing: they read alike)
+    seqs = [
+        Sequence(
+            req.prompt_tokens,
+            plan.tokens,
+            plan.finish_reason,
+            streamed=req.stream,
+            arrival=engine.now(),
+            drop_after=state.faults.faults.drop_after_tokens,
+            blocks=_blocks(state, req, start),
+        )
+        for _ in range(req.n)
+    ]
+    for seq in seqs:
+        engine.submit(seq)
+    seq = seqs[0]
 
     request_id = new_request_id(endpoint)
     created = int(time.time())
     if req.stream:
-        writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start)
-        return TokenStream(engine, seq, writer, req.include_usage)
+        wire = WIRES[state.dialect]
+        writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
+        return TokenStream(engine, seq, writer, req.include_usage, wire.usage_on_last_chunk)
 
-    await wait_finished(request.receive, engine, seq)
-    if seq.dropped:
+    await wait_finished(request.receive, engine, *seqs)
+    if any(s.dropped for s in seqs):
         return DroppedResponse()
-    if seq.finish_reason is FinishReason.ABORT:
+    if any(s.finish_reason is FinishReason.ABORT for s in seqs):
         return Response(status_code=499)  # the client is gone; nothing will be delivered
-    assert seq.finish_reason is not None
+    choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
     body = full_response(
         endpoint,
         request_id,
         created,
         req.model,
-        state.vocab.text(start, seq.generated),
-        seq.finish_reason,
+        choices,
         seq.prompt_tokens,
-        seq.generated,
+        sum(s.generated for s in seqs),
     )
     return Response(body, media_type="application/json")
 

@@ -10,7 +10,11 @@ frames match what OpenAI and vLLM send:
 - completions: ``object: "text_completion"`` with ``choices[0].text``; the last frame
   has empty text and the finish reason;
 - with ``include_usage``, every frame carries ``"usage": null`` and an extra frame with
-  ``choices: []`` and the usage comes before ``data: [DONE]``.
+  ``choices: []`` and the usage comes before ``data: [DONE]`` (or, as TGI does, the
+  finish frame carries the usage: ``Wire.usage_on_last_chunk``).
+
+The bytes around each event (``data: `` or ``data:``, ``\n\n`` or ``\r\n\r\n``) are
+the dialect's (``simulator/dialects.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 
 import orjson
 
+from simulator.dialects import Wire
 from simulator.protocol import Endpoint, FinishReason
 from simulator.textgen import Vocabulary
 
@@ -43,30 +48,30 @@ def full_response(
     request_id: str,
     created: int,
     model: str,
-    text: str,
-    finish_reason: FinishReason,
+    choices: list[tuple[str, FinishReason]],
     prompt_tokens: int,
     completion_tokens: int,
 ) -> bytes:
-    """The body of a non-streamed response."""
-    if endpoint is Endpoint.CHAT:
-        choice: dict[str, object] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": str(finish_reason),
-        }
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": str(finish_reason)}
-        obj = "text_completion"
+    """The body of a non-streamed response: one (text, finish reason) per choice;
+    ``completion_tokens`` counts every choice's, as OpenAI's usage does."""
+    out: list[dict[str, object]] = []
+    for i, (text, finish_reason) in enumerate(choices):
+        if endpoint is Endpoint.CHAT:
+            out.append({
+                "index": i,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": str(finish_reason),
+            })
+        else:
+            out.append({"index": i, "text": text, "logprobs": None, "finish_reason": str(finish_reason)})
     return orjson.dumps(
         {
             "id": request_id,
-            "object": obj,
+            "object": "chat.completion" if endpoint is Endpoint.CHAT else "text_completion",
             "created": created,
             "model": model,
-            "choices": [choice],
+            "choices": out,
             "usage": usage(prompt_tokens, completion_tokens),
         }
     )
@@ -75,7 +80,7 @@ def full_response(
 class FrameWriter:
     """Pre-rendered SSE frames of one streamed response."""
 
-    __slots__ = ("_head", "_prefix", "_suffix", "_tail", "_chat", "_vocab", "_start")
+    __slots__ = ("_head", "_prefix", "_suffix", "_tail", "_chat", "_vocab", "_start", "_end", "done")
 
     def __init__(
         self,
@@ -86,16 +91,20 @@ class FrameWriter:
         include_usage: bool,
         vocab: Vocabulary,
         start: int,
+        wire: Wire | None = None,
     ) -> None:
+        wire = wire or Wire()
         self._chat = endpoint is Endpoint.CHAT
         obj = b"chat.completion.chunk" if self._chat else b"text_completion"
-        self._head = b'data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
+        self._head = wire.data + b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
             request_id.encode(),
             obj,
             created,
             orjson.dumps(model),
         )
-        self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+        self._end = wire.end
+        self.done = wire.done
+        self._tail = b',"usage":null}' + wire.end if include_usage else b"}" + wire.end
         field = b'[{"index":0,"delta":{"content":' if self._chat else b'[{"index":0,"text":'
         close = b"}" if self._chat else b""
         self._prefix = self._head + field
@@ -118,11 +127,13 @@ class FrameWriter:
         prefix, suffix, vocab, start = self._prefix, self._suffix, self._vocab, self._start
         return b"".join(prefix + vocab.json_word(start, i) + suffix for i in range(first, end))
 
-    def finish(self, reason: FinishReason) -> bytes:
+    def finish(self, reason: FinishReason, usage_of: tuple[int, int] | None = None) -> bytes:
+        """The last content frame; with ``usage_of`` (prompt, completion tokens) it carries the usage."""
         body = b'[{"index":0,"delta":{},' if self._chat else b'[{"index":0,"text":"",'
-        return (
-            self._head + body + b'"logprobs":null,"finish_reason":"%s"}]' % str(reason).encode() + self._tail
-        )
+        tail = self._tail
+        if usage_of is not None:
+            tail = b',"usage":' + orjson.dumps(usage(*usage_of)) + b"}" + self._end
+        return self._head + body + b'"logprobs":null,"finish_reason":"%s"}]' % str(reason).encode() + tail
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        return self._head + b'[],"usage":' + orjson.dumps(usage(prompt_tokens, completion_tokens)) + b"}\n\n"
+        return self._head + b'[],"usage":' + orjson.dumps(usage(prompt_tokens, completion_tokens)) + b"}" + self._end

@@ -70,6 +70,11 @@ class Metrics:
         self._labels = f'model_name="{_escape(model)}"'
         self.reset(running=0)
 
+    @property
+    def labels(self) -> str:
+        """The label set every sample carries (``model_name="..."``)."""
+        return self._labels
+
     def reset(self, running: int) -> None:
         self.requests = 0  # generation requests that reached the engine
         self.prompt_tokens = 0

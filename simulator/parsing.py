@@ -15,11 +15,16 @@ from simulator.prompts import chat_prompt, completion_prompt
 from simulator.protocol import ApiError, Endpoint, GenerationRequest
 from simulator.textgen import Vocabulary
 
+MAX_N = 128  # choices one request may ask for (OpenAI's bound)
+
 
 def parse_request(
-    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, vocab: Vocabulary
+    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, vocab: Vocabulary,
+    implicit_latest: bool = False,
 ) -> GenerationRequest:
-    """Validate one request body. Raises ``ApiError`` (400, or 404 for an unknown model)."""
+    """Validate one request body. Raises ``ApiError`` (400, or 404 for an unknown model).
+
+    ``implicit_latest``: the bare name of a ``name:latest`` model is that model (Ollama)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -30,7 +35,7 @@ def parse_request(
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "Missing required parameter: 'model'.", param="model")
-    if model != served_model:
+    if model != served_model and not (implicit_latest and model + ":latest" == served_model):
         raise ApiError(
             404,
             f"The model `{model}` does not exist.",
@@ -45,9 +50,9 @@ def parse_request(
         prompt = completion_prompt(body.get("prompt"), vocab)
     prompt_tokens = prompt.tokens
 
-    n = body.get("n", 1)
-    if n not in (1, None):
-        raise ApiError(400, "Only n=1 is supported.", param="n")
+    n = _optional_int(body, "n", minimum=1) or 1
+    if n > MAX_N:
+        raise ApiError(400, f"'n' must be at most {MAX_N}.", param="n")
 
     max_tokens = _optional_int(body, "max_completion_tokens", minimum=1)
     if max_tokens is None:
@@ -68,6 +73,8 @@ def parse_request(
         )
 
     stream = _optional_bool(body, "stream")
+    if stream and n > 1:
+        raise ApiError(400, "Streaming with n > 1 is not simulated.", param="n")
     options = body.get("stream_options")
     include_usage = False
     if options is not None:
@@ -84,6 +91,7 @@ def parse_request(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=_optional_bool(body, "ignore_eos"),
+        n=n,
     )
 
 

@@ -78,6 +78,7 @@ class GenerationRequest:
     max_tokens: int | None  # max_tokens / max_completion_tokens, if given
     min_tokens: int  # vLLM extension; 0 when absent
     ignore_eos: bool  # vLLM extension: generate exactly up to the cap
+    n: int = 1  # choices: n sequences of the same plan (non-streamed only)
 
     @property
     def prompt_tokens(self) -> int:

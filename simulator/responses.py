@@ -15,7 +15,7 @@ import asyncio
 
 from starlette.types import Receive, Scope, Send
 
-from simulator.encoding import DONE_FRAME, FrameWriter
+from simulator.encoding import FrameWriter
 from simulator.engine import Engine
 from simulator.faults import InjectedDrop
 from simulator.protocol import FinishReason
@@ -27,23 +27,27 @@ SSE_HEADERS = [
 ]
 
 
-async def abort_on_disconnect(receive: Receive, engine: Engine, seq: Sequence) -> None:
-    """Abort ``seq`` when the client disconnects. Cancel this task once the response is done."""
+async def abort_on_disconnect(receive: Receive, engine: Engine, *seqs: Sequence) -> None:
+    """Abort ``seqs`` when the client disconnects. Cancel this task once the response is done."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            engine.abort(seq)
+            for seq in seqs:
+                engine.abort(seq)
             return
 
 
-async def wait_finished(receive: Receive, engine: Engine, seq: Sequence) -> None:
-    """Until ``seq`` ends by itself or because the client left (non-streamed requests)."""
-    watcher = asyncio.create_task(abort_on_disconnect(receive, engine, seq))
+async def wait_finished(receive: Receive, engine: Engine, *seqs: Sequence) -> None:
+    """Until every one of ``seqs`` (a request's choices) ends by itself or because the
+    client left (non-streamed requests)."""
+    watcher = asyncio.create_task(abort_on_disconnect(receive, engine, *seqs))
     try:
-        while not seq.finished:
-            await seq.wait()
+        for seq in seqs:
+            while not seq.finished:
+                await seq.wait()
     except asyncio.CancelledError:
-        engine.abort(seq)
+        for seq in seqs:
+            engine.abort(seq)
         raise
     finally:
         watcher.cancel()
@@ -62,11 +66,14 @@ class DroppedResponse:
 class TokenStream:
     """ASGI response that streams a sequence's tokens as SSE frames as the engine makes them."""
 
-    def __init__(self, engine: Engine, seq: Sequence, writer: FrameWriter, include_usage: bool) -> None:
+    def __init__(
+        self, engine: Engine, seq: Sequence, writer: FrameWriter, include_usage: bool, usage_on_last: bool = False
+    ) -> None:
         self._engine = engine
         self._seq = seq
         self._writer = writer
         self._include_usage = include_usage
+        self._usage_on_last = usage_on_last  # the finish frame carries the usage (TGI)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         engine, seq, writer = self._engine, self._seq, self._writer
@@ -95,10 +102,12 @@ class TokenStream:
                     raise InjectedDrop("stream dropped by injected fault")
                 if seq.finished:
                     assert seq.finish_reason is not None
-                    parts.append(writer.finish(seq.finish_reason))
-                    if self._include_usage:
-                        parts.append(writer.usage(seq.prompt_tokens, seq.generated))
-                    parts.append(DONE_FRAME)
+                    counts = (seq.prompt_tokens, seq.generated)
+                    on_last = self._include_usage and self._usage_on_last
+                    parts.append(writer.finish(seq.finish_reason, counts if on_last else None))
+                    if self._include_usage and not on_last:
+                        parts.append(writer.usage(*counts))
+                    parts.append(writer.done)
                     await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
                     return
                 if parts:

@@ -12,6 +12,7 @@ import logging
 import uvicorn
 
 from simulator.app import create_app
+from simulator.dialects import SERVER, Dialect
 from simulator.faults import FaultSettings, InjectedDrop
 from simulator.length_table import LengthTableError
 from simulator.profiles import BUILTIN_PROFILES, BatchingMode
@@ -51,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='JSONL of {"prompt": ..., "output_tokens": N}: natural output lengths of known prompts',
     )
     parser.add_argument("--time-scale", type=float, default=d.time_scale, help="multiply every step duration")
+    parser.add_argument(
+        "--dialect",
+        default=d.dialect.value,
+        choices=[x.value for x in Dialect],
+        help=f"whose SSE framing, /metrics names, server header and model ids (default {d.dialect.value})",
+    )
     faults = parser.add_argument_group("fault injection (all off by default)")
     faults.add_argument("--fail-rate", type=float, default=0.0, help="fraction of requests refused")
     faults.add_argument("--fail-status", type=int, default=503, help="HTTP status of refusals (default 503)")
@@ -77,6 +84,7 @@ def settings_from_args(ns: argparse.Namespace) -> SimSettings:
         block_size=ns.block_size,
         length_table=ns.length_table,
         time_scale=ns.time_scale,
+        dialect=Dialect(ns.dialect),
         faults=FaultSettings(
             fail_rate=ns.fail_rate,
             status_code=ns.fail_status,
@@ -107,6 +115,7 @@ def uvicorn_config(settings: SimSettings) -> uvicorn.Config:
         port=settings.port,
         log_level="warning",
         access_log=False,
+        server_header=SERVER[settings.dialect] == "uvicorn",  # other servers name themselves, or not at all
         lifespan="on",
         # Streams in flight are aborted by the engine on shutdown; no need to wait long.
         timeout_graceful_shutdown=2,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from simulator.dialects import Dialect
 from simulator.faults import FaultSettings
 from simulator.profiles import BatchingMode, Profile, get_profile
 
@@ -32,6 +33,7 @@ class SimSettings:
     block_size: int | None = None
     length_table: str | None = None  # JSONL of known output lengths (simulator/length_table.py)
     time_scale: float = 1.0  # multiplies every step duration: 0.1 runs the profile ten times faster
+    dialect: Dialect = Dialect.VLLM  # whose SSE framing, metric names and model ids (simulator/dialects.py)
     faults: FaultSettings = field(default_factory=FaultSettings)
 
     def __post_init__(self) -> None:
@@ -47,6 +49,8 @@ class SimSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if not isinstance(self.dialect, Dialect):
+            object.__setattr__(self, "dialect", Dialect(self.dialect))
         if self.mode is not None and not isinstance(self.mode, BatchingMode):
             # Accept the plain string from callers that build settings by hand.
             object.__setattr__(self, "mode", BatchingMode(self.mode))

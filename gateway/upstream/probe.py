@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 
 from gateway.upstream.client import UpstreamError, upstream_errors
-from scheduler.backends.registry import BackendConfig, MetricsNotServed
+from scheduler.backends.registry import BackendConfig, MetricsNotServed, ModelList
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -22,7 +22,7 @@ class HttpProbe:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self._client = client
 
-    async def models(self, backend: BackendConfig) -> list[str] | None:
+    async def models(self, backend: BackendConfig) -> ModelList | None:
         try:
             with upstream_errors():
                 resp = await self._client.get(
@@ -31,7 +31,8 @@ class HttpProbe:
             if resp.status_code != 200:
                 return None
             data = resp.json().get("data", [])
-            return [m["id"] for m in data if isinstance(m, dict)]
+            cards = tuple(m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"])
+            return ModelList(cards, resp.headers.get("server"))
         except (UpstreamError, ValueError, AttributeError, KeyError, TypeError):
             return None  # unreachable, or not an OpenAI model list
 

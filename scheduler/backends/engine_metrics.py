@@ -1,20 +1,20 @@
 """Read an inference engine's load from its Prometheus ``/metrics`` text.
 
 Only gauges that say how busy the engine is: requests running, requests waiting in
-its own queue, and KV-cache usage. Each engine names them differently; a sample
-with several label sets (several models) is summed, usage takes the maximum.
+its own queue, and KV-cache usage. Which names those are is the engine profile's
+business (``engines.py``); a sample with several label sets (several models) is
+summed, usage takes the maximum.
 """
 
 from __future__ import annotations
 
+from scheduler.backends.engines import NEUTRAL, EngineProfile
 from scheduler.policy.limits import EngineLoad
 
-RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size")
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size")
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 
-
-def parse(text: str) -> EngineLoad:
+def parse(text: str, profile: EngineProfile = NEUTRAL) -> EngineLoad:
+    wanted = profile.names()
+    kv_names = set(profile.kv_usage)
     sums: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -23,7 +23,7 @@ def parse(text: str) -> EngineLoad:
         if name_end < 0:
             continue
         name = line[:name_end]
-        if name not in RUNNING and name not in WAITING and name not in KV_USAGE:
+        if name not in wanted:
             continue
         rest = line[name_end:]
         if rest.startswith("{"):
@@ -32,12 +32,13 @@ def parse(text: str) -> EngineLoad:
             value = float(rest.split()[0])
         except (ValueError, IndexError):
             continue
-        if name in KV_USAGE:
+        if name in kv_names:
             sums[name] = max(sums.get(name, 0.0), value)
         else:
             sums[name] = sums.get(name, 0.0) + value
     return EngineLoad(
-        running=_first(sums, RUNNING), waiting=_first(sums, WAITING), kv_usage=_first(sums, KV_USAGE)
+        running=_first(sums, profile.running), waiting=_first(sums, profile.waiting),
+        kv_usage=_first(sums, profile.kv_usage),
     )
 
 

@@ -7,7 +7,9 @@ ticks each adaptive limit, and writes the result into the pool's Redis keys thro
 Redis lost its data. The asking itself is a ``Probe``'s (HTTP, in
 ``gateway/upstream/probe.py``); health follows from the answers through each
 backend's circuit breaker (``breaker.py``): a backend coming back gets a trickle of
-one slot until it has answered well ``recover_successes`` times.
+one slot until it has answered well ``recover_successes`` times. The same answers
+say which engine it is, unless configured (``engines.py``: metric names, priority
+direction, a starting limit), and which model names it serves (``names.py``).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
-from scheduler.backends import engine_metrics
+from scheduler.backends import engine_metrics, engines, names
 from scheduler.backends.breaker import Breaker, Health
 from scheduler.policy.limits import AdaptiveLimit, LimitParams
 from scheduler.policy.reservation import Reservation, ReservationParams
@@ -43,6 +45,21 @@ class BackendConfig:
     engine_priority: bool = False  # send the gateway's order as the request's `priority`
     resume: bool = False  # it continues a paused generation (continue_final_message)
     limit: LimitParams | None = None  # None: a static limit of max_concurrency
+    engine: str | None = None  # an ``engines.Engine`` value; None: detect it
+    concurrency_set: bool = True  # False: max_concurrency is the default, an engine profile may lower it
+    priority_order: str = "auto"  # auto (the engine's), lower_first or higher_first
+
+
+@dataclass(frozen=True, slots=True)
+class ModelList:
+    """A backend's ``/v1/models`` answer: its model cards, and its ``server`` header."""
+
+    cards: tuple[dict[str, Any], ...]
+    server: str | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        return [c["id"] for c in self.cards]
 
 
 class MetricsNotServed(Exception):
@@ -52,8 +69,8 @@ class MetricsNotServed(Exception):
 class Probe(Protocol):
     """Asks one backend how it is."""
 
-    async def models(self, backend: BackendConfig) -> list[str] | None:
-        """The ids its ``/v1/models`` lists; None when it gave no good answer."""
+    async def models(self, backend: BackendConfig) -> ModelList | None:
+        """What its ``/v1/models`` lists; None when it gave no good answer."""
         ...
 
     async def metrics(self, backend: BackendConfig) -> str | None:
@@ -76,6 +93,9 @@ class BackendState:
     ttft: deque[float] = field(default_factory=lambda: deque(maxlen=200))
     tpot: deque[float] = field(default_factory=lambda: deque(maxlen=200))
     has_metrics: bool | None = None  # None: not tried yet
+    profile: engines.EngineProfile = engines.NEUTRAL
+    engine_source: str = "default"  # configured, or what it was detected from (metrics, owned_by, ...)
+    cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # model id -> its /v1/models card
 
     @property
     def name(self) -> str:
@@ -113,8 +133,10 @@ class BackendRegistry:
         reservation: ReservationParams | None = None,
         fail_threshold: int = 3,
         recover_successes: int = 3,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         self._probe_backend = probe
+        self.aliases = dict(aliases or {})
         self._dispatcher = dispatcher
         self._interval = probe_interval_s
         configs = list(configs)
@@ -132,9 +154,12 @@ class BackendRegistry:
 
     def _state(self, c: BackendConfig) -> BackendState:
         params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
-        return BackendState(
+        state = BackendState(
             c, AdaptiveLimit(params), self.reservations[c.pool], Breaker(*self._breaker), set(c.models or ()),
         )
+        if c.engine is not None:
+            _apply_profile(state, engines.Engine(c.engine), "configured")
+        return state
 
     def config_of(self, name: str) -> BackendConfig:
         """A backend's config, also of one a reload removed while a request still ran on it."""
@@ -182,6 +207,32 @@ class BackendRegistry:
 
     def models(self) -> list[str]:
         return sorted({m for b in self.backends.values() for m in b.models})
+
+    def resolve(self, model: str) -> str | None:
+        """The served model a requested name stands for (aliases, Ollama's ``:latest``)."""
+        if any(model in b.models for b in self.backends.values()):
+            return model  # the common case, without building the set
+        served = {m for b in self.backends.values() for m in b.models}
+        return names.resolve(model, served, self.aliases)
+
+    def cards(self) -> list[dict[str, Any]]:
+        """Every served model once, with the fields its first backend (config order) gave."""
+        seen: dict[str, dict[str, Any]] = {}
+        for b in self.backends.values():
+            for m in sorted(b.models):
+                if m not in seen:
+                    seen[m] = b.cards.get(m) or {"id": m}
+        return [seen[m] for m in sorted(seen)]
+
+    def priority_for(self, name: str, priority: int) -> int | None:
+        """The ``priority`` field to send a backend for the gateway's order (lower first),
+        in the engine's direction; None for an engine that reads no such field."""
+        b = self.backends.get(name)
+        if b is None:  # removed by a reload while a request still runs on it
+            config = self.config_of(name)
+            profile = engines.profile(config.engine) if config.engine is not None else engines.NEUTRAL
+            return engines.priority_value(profile, config.priority_order, priority)
+        return engines.priority_value(b.profile, b.config.priority_order, priority)
 
     def pool_of(self, model: str) -> str | None:
         for b in self.backends.values():
@@ -242,25 +293,37 @@ class BackendRegistry:
                     pass
 
     async def _probe(self, backend: BackendState) -> None:
-        models = await self._probe_backend.models(backend.config)
-        ok = models is not None
-        if models is not None and backend.config.models is None:
-            backend.models = set(models)
-        if ok and backend.has_metrics is not False:
-            await self._scrape(backend)
+        listing = await self._probe_backend.models(backend.config)
+        ok = listing is not None
+        metrics: str | None = None
+        if listing is not None:
+            backend.cards = {c["id"]: c for c in listing.cards}
+            if backend.config.models is None:
+                backend.models = set(listing.ids)
+        if ok and backend.has_metrics is not False and backend.profile.metrics:
+            metrics = await self._scrape(backend)
+        if listing is not None and backend.profile.engine is None:
+            owners = [str(c.get("owned_by", "")) for c in listing.cards]
+            found = engines.detect(metrics, owners, listing.server)
+            if found is not None:
+                _apply_profile(backend, *found)
+                log.info("backend %s is %s (from its %s)", backend.name, found[0].value, found[1])
+                if metrics is not None:
+                    backend.limiter.on_engine(engine_metrics.parse(metrics, backend.profile))
         self._record(backend, ok)
         backend.limiter.tick()
         await self.publish(backend)
 
-    async def _scrape(self, backend: BackendState) -> None:
+    async def _scrape(self, backend: BackendState) -> str | None:
         try:
             text = await self._probe_backend.metrics(backend.config)
         except MetricsNotServed:
             backend.has_metrics = False  # an engine without metrics: don't ask again
-            return
+            return None
         if text is not None:
             backend.has_metrics = True
-            backend.limiter.on_engine(engine_metrics.parse(text))
+            backend.limiter.on_engine(engine_metrics.parse(text, backend.profile))
+        return text
 
     def _record(self, backend: BackendState, ok: bool) -> None:
         before = backend.health
@@ -307,6 +370,16 @@ class BackendRegistry:
         return [_view(b) for b in self.backends.values()]
 
 
+def _apply_profile(b: BackendState, engine: engines.Engine, source: str) -> None:
+    """Run ``b`` by ``engine``'s profile; its starting limit only where none was configured."""
+    b.profile, b.engine_source = engines.profile(engine), source
+    start = b.profile.max_concurrency
+    if start is not None and not b.config.concurrency_set:
+        p = b.limiter.params
+        b.limiter.params = replace(p, initial=start, ceiling=start, floor=min(p.floor, start))
+        b.limiter.limit = max(b.limiter.params.floor, min(start, b.limiter.limit))
+
+
 def _percentile(values: Iterable[float], q: float) -> float | None:
     ordered = sorted(values)
     if not ordered:
@@ -327,4 +400,5 @@ def _view(b: BackendState) -> dict[str, object]:
         "errors_total": b.errors_total, "consecutive_failures": b.breaker.failures,
         "engine": {"running": e.running, "waiting": e.waiting, "kv_cache_usage": e.kv_usage},
         "weight": b.config.weight, "engine_priority": b.config.engine_priority,
+        "engine_profile": b.profile.name, "engine_source": b.engine_source,
     }

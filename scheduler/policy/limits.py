@@ -6,7 +6,8 @@ concurrency filter, fed by three kinds of signal:
 1. **Overload** answers from the backend (429/503): multiplicative decrease (x0.7).
 2. **The engine's own queue**, when it exposes Prometheus metrics (vLLM
    ``vllm:num_requests_waiting``, SGLang ``sglang:num_queue_reqs``, TGI
-   ``tgi_queue_size``): a backend that queues requests inside holds work the gateway
+   ``tgi_queue_size``, llama.cpp ``llamacpp:requests_deferred``; each engine's names are
+   in ``scheduler/backends/engines.py``): a backend that queues requests inside holds work the gateway
    could have reordered, so the limit falls to what the engine really runs, plus one.
    A KV cache nearly full counts the same.
 3. **Latency against targets**: when the p90 TTFT or the median time per output token

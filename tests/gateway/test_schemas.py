@@ -40,3 +40,34 @@ def test_integer_headers_are_plain_digits(value: str) -> None:
 @pytest.mark.parametrize(("value", "expected"), [("5", 5), ("000123", 123), ("9" * 12, 10**12 - 1), (None, None)])
 def test_integer_headers(value: str | None, expected: int | None) -> None:
     assert parse_int_header(value, "x-triage-expected-tokens") == expected
+
+
+@pytest.mark.parametrize(("n", "ok"), [(None, 1), (1, 1), (4, 4), (128, 128), (0, None), (129, None), (True, None),
+                                       ("2", None), (1.5, None)])
+def test_n_is_a_bounded_integer(n: object, ok: int | None) -> None:
+    raw = body(n=n) if n is not None else body()
+    if ok is not None:
+        assert parse(raw, Endpoint.CHAT, 1000).n == ok
+        return
+    with pytest.raises(GatewayError) as err:
+        parse(raw, Endpoint.CHAT, 1000)
+    assert err.value.status == 400 and err.value.param == "n"
+
+
+@pytest.mark.parametrize("value", ["text", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])
+def test_embeddings_are_one_short_answer(value: object) -> None:
+    raw = orjson.dumps({"model": "m", "input": value, "stream": True})
+    req = parse(raw, Endpoint.EMBEDDINGS, 1000)
+    assert (req.stream, req.include_usage, req.cap, req.n) == (False, False, 1, 1)
+    assert req.upstream_body() == raw  # passed through unchanged
+    assert Endpoint.EMBEDDINGS.operation == "embeddings"
+
+
+def test_a_resolved_model_is_what_goes_upstream() -> None:
+    req = parse(body(max_tokens=5), Endpoint.CHAT, 1000)
+    assert req.with_model("m") is req
+    served = req.with_model("m:latest")
+    assert served.model == "m:latest" and served.cap == 5
+    assert orjson.loads(served.upstream_body())["model"] == "m:latest"
+    no_change = parse(body(stream=False), Endpoint.CHAT, 1000).with_model("m:latest")
+    assert orjson.loads(no_change.upstream_body()) == {**orjson.loads(body(stream=False)), "model": "m:latest"}

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from gateway import admin
 from gateway.auth import Authenticator
+from gateway.backoff import Backoff
 from gateway.errors import GatewayError
 from gateway.proxy import Proxy
 from gateway.routes import router
@@ -27,6 +28,7 @@ from gateway.state import Gateway
 from gateway.telemetry.hub import OtelConfig, Telemetry
 from gateway.upstream.client import Upstream, make_client
 from gateway.upstream.probe import HttpProbe
+from gateway.upstream.refusal import Cooldown
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
@@ -73,6 +75,10 @@ def policy_params(settings: Settings) -> PolicyParams:
         },
         tenant_weights=dict(settings.tenant_weights),
     )
+
+
+def cooldown(settings: Settings) -> Cooldown:
+    return Cooldown(settings.overload_cooldown_s, settings.overload_cooldown_max_s)
 
 
 def make_predictor(settings: Settings) -> Built:
@@ -143,10 +149,11 @@ def create_app(
             otel, registry, redis, settings.key_prefix, settings.policy.value, settings.trace_content,
             tracer_provider, dispatcher.owner,
         )
+        scheduler = Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
+                              settings.quantum_tokens, settings.no_backend_grace_s)
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
-                            settings.quantum_tokens), Upstream(client)),
+            Proxy(scheduler, Upstream(client), Backoff(scheduler, cooldown(settings), settings.overload_max_attempts)),
             telemetry,
         )
         app.state.gateway = gateway

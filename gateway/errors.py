@@ -59,6 +59,8 @@ def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
         return GatewayError(429, str(exc), "rate_limit_error", "shed", retry_after_s=exc.retry_after_s)
     if isinstance(exc, sched.DeadlineExceeded):
         return GatewayError(504, str(exc), "timeout_error", "queue_timeout")
+    if isinstance(exc, sched.Unserviceable):
+        return GatewayError(503, str(exc), "service_unavailable", "no_backend", retry_after_s=exc.retry_after_s)
     if isinstance(exc, sched.NoBackend):
         return GatewayError(404, str(exc), code="model_not_found", param="model")
     return GatewayError(503, str(exc), "service_unavailable", "scheduler_unavailable", retry_after_s=2)
@@ -66,3 +68,17 @@ def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
 
 def upstream_failed(detail: str) -> GatewayError:
     return GatewayError(502, f"the inference backend failed: {detail}", "upstream_error", "bad_gateway")
+
+
+def backend_overloaded(status: int, retry_after_s: float | None) -> GatewayError:
+    """Our own answer once a request that backends refused as overloaded can wait no
+    longer (its deadline, or no backend free before it): their status (429 or 503)."""
+    if status == 429:
+        return GatewayError(
+            429, "The model's backends are rate limited; the request could not be served before its deadline.",
+            "rate_limit_error", "backend_overloaded", retry_after_s=retry_after_s or 1.0,
+        )
+    return GatewayError(
+        503, "The model's backends are overloaded; the request could not be served before its deadline.",
+        "service_unavailable", "backend_overloaded", retry_after_s=retry_after_s or 1.0,
+    )

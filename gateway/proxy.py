@@ -8,7 +8,13 @@ an explicit error, with its slot given back whatever happens.
 
 A streaming request still queued after ``comment_after_s`` gets its 200 and SSE
 comment lines (``: queued position=N eta_ms=M``) every second while it waits; an
-error after that point travels as an SSE error event.
+error after that point travels as an SSE error event, and its queue time, which no
+header could carry, comes as a comment (``: x-triage-queue-ms=N``) before ``[DONE]``.
+
+A backend that refuses as overloaded (429/503) before the first byte is backpressure,
+not the client's error: it cools down for its ``Retry-After`` and the request goes
+back to the front of the queue (``Scheduler.back_off``), as often as its deadline
+allows; only then does the client get our own 429/503 with a ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.backoff import Backoff
 from gateway.context import RequestContext, StillQueued, until_disconnect
 from gateway.disconnect import DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
@@ -30,6 +37,7 @@ from gateway.resume import PAUSED, Transcript, continuation_body, resumable
 from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.tracing import BackendCall, Reply
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
+from gateway.upstream.refusal import client_error
 from scheduler.errors import NoBackend, SchedulerError
 from scheduler.service import Admission, Scheduler
 from scheduler.types import CallResult, Grant, Outcome, PredictInput
@@ -51,12 +59,21 @@ class Exchange:
         self.call: BackendCall | None = None  # the backend call's span
         self.reply: Reply | None = None  # usage and timing of the answer, once known
         self.paused = False  # its slot went to more urgent work: the stream is being closed
+        self.overloads = 0  # times a backend refused it as overloaded (429/503)
+        self.overload_status = 0  # the last such status
         self._closing: asyncio.Task[None] | None = None
         self._finished = False
 
     def again(self, adm: Admission) -> Exchange:
         """A fresh exchange for a retry of the same request."""
-        return Exchange(self.proxy, self.req, self.ctx, adm)
+        again = Exchange(self.proxy, self.req, self.ctx, adm)
+        again.overloads, again.overload_status = self.overloads, self.overload_status
+        return again
+
+    @property
+    def streaming(self) -> bool:
+        """The backend answers with an open stream."""
+        return self.response is not None and self.response.status_code == 200 and not self._finished
 
     def headers(self) -> dict[str, str]:
         headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.adm.placement.cls.value}
@@ -116,6 +133,10 @@ class Exchange:
         tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
         self.finish(CallResult(status < 500, status, tokens, None, tpot))
 
+    def refusal_body(self, response: httpx.Response) -> bytes:
+        """A non-200 answer as the client gets it: OpenAI-shaped, its message kept."""
+        return client_error(response.status_code, response.content)
+
     async def close_stream(self, stats: StreamStats) -> None:
         """The end of a stream, however it ended: close the upstream, then finish."""
         if self.response is not None:
@@ -138,18 +159,19 @@ class Exchange:
             await self.response.aclose()
         self.finish(CallResult.client_gone())
 
-    def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
+    def relay(self, stats: StreamStats, trailer: bytes | None = None) -> AsyncGenerator[bytes, None]:
         assert self.response is not None
-        return relay_events(self.response, self.req.include_usage, stats)
+        return relay_events(self.response, self.req.include_usage, stats, trailer)
 
 
 class Proxy:
     comment_after_s = 1.0  # a queued stream starts and shows its place after this long
     comment_every_s = 1.0
 
-    def __init__(self, scheduler: Scheduler, upstream: Upstream) -> None:
+    def __init__(self, scheduler: Scheduler, upstream: Upstream, backoff: Backoff | None = None) -> None:
         self.scheduler = scheduler
         self.upstream = upstream
+        self.backoff = backoff or Backoff(scheduler)  # what a backend's 429/503 does
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
         inp = PredictInput(
@@ -218,6 +240,14 @@ class Proxy:
     async def _call(self, watch: DisconnectWatch, exchange: Exchange) -> Response:
         try:
             exchange, response = await self._open_with_retry(watch, exchange)
+            while self.backoff.applies(response):
+                adm = await self.backoff.requeue(exchange, response)
+                try:
+                    grant = await until_disconnect(watch, asyncio.ensure_future(self.scheduler.acquire(adm)))
+                except SchedulerError as exc:
+                    raise self.backoff.gave_up(exchange, exc) from None
+                exchange.restart(adm, grant)
+                exchange, response = await self._open_with_retry(watch, exchange)
         except BaseException:
             exchange.finish(CallResult.client_gone())
             raise
@@ -234,6 +264,9 @@ class Proxy:
             finally:
                 await response.aclose()
         exchange.finish_response(response)
+        if response.status_code != 200:
+            return Response(exchange.refusal_body(response), response.status_code, headers=headers,
+                            media_type="application/json")
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 
@@ -241,17 +274,9 @@ class Proxy:
         self, exchange: Exchange, work: asyncio.Future[Grant], stats: StreamStats
     ) -> AsyncGenerator[bytes, None]:
         """The body of a stream that started while queued: comments, then the relay."""
-        adm = exchange.adm
         try:
-            while not work.done():
-                position = await self.scheduler.position(adm)
-                if position is None:
-                    yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
-                else:
-                    rate = self.scheduler.drain_rate(adm)
-                    eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
-                    yield f": queued position={position}{eta}\n\n".encode()
-                await asyncio.wait({work}, timeout=self.comment_every_s)
+            async for comment in self._queued_comments(exchange.adm, work):
+                yield comment
             exchange.grant = work.result()
         except SchedulerError as exc:
             error = _refused(exchange.ctx, exc)
@@ -259,36 +284,77 @@ class Proxy:
             return
         finally:
             work.cancel()  # the client left while queued: the dispatcher withdraws the ticket
-        if (end := await self._open_in_stream(exchange)) is not None:
-            yield end
+        queued_ms = exchange.grant.queued_s * 1000
+        async for block in self._open_in_stream(exchange):
+            yield block
+        if not exchange.streaming:
             return
-        async for block in self._relay(exchange, stats):
+        async for block in self._relay(exchange, stats, f": x-triage-queue-ms={queued_ms:.1f}\n\n".encode()):
             yield block
 
-    async def _open_in_stream(self, exchange: Exchange, body: bytes | None = None) -> bytes | None:
-        """Call the backend for a stream whose 200 has gone out; None when it answers with
-        a stream, else the last event the client gets instead (the failure as an SSE error)."""
-        try:
-            response = await exchange.open(body)
-        except UpstreamError as exc:
-            exchange.finish(CallResult.failed())
-            error = upstream_failed(str(exc))
-            return sse_error(error.message, error.type, error.code)
-        if response.status_code == 200:
-            return None
-        try:
-            await exchange.read_refusal(response)
-        except GatewayError as error:
-            return sse_error(error.message, error.type, error.code)
-        exchange.finish_response(response)
-        return b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
+    async def _queued_comments(self, adm: Admission, work: asyncio.Future[Grant]) -> AsyncGenerator[bytes, None]:
+        """Keep-alive comments with the request's place, every second until ``work`` is done."""
+        while not work.done():
+            position = await self.scheduler.position(adm)
+            if position is None:
+                yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
+            else:
+                rate = self.scheduler.drain_rate(adm)
+                eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
+                yield f": queued position={position}{eta}\n\n".encode()
+            await asyncio.wait({work}, timeout=self.comment_every_s)
 
-    async def _relay(self, exchange: Exchange, stats: StreamStats) -> AsyncGenerator[bytes, None]:
-        """Relay the stream; one that may be paused, every part of it as one response."""
+    async def _open_in_stream(self, exchange: Exchange, body: bytes | None = None) -> AsyncGenerator[bytes, None]:
+        """Call the backend for a stream whose 200 has gone out. When it answers with a
+        stream (``exchange.streaming``) this yields at most keep-alive comments (while a
+        request refused as overloaded waits again); else it ends with the event the client
+        gets instead (the failure as an SSE error)."""
+        while True:
+            try:
+                response = await exchange.open(body)
+            except UpstreamError as exc:
+                exchange.finish(CallResult.failed())
+                error = upstream_failed(str(exc))
+                yield sse_error(error.message, error.type, error.code)
+                return
+            if response.status_code == 200:
+                return
+            if not self.backoff.applies(response):
+                try:
+                    await exchange.read_refusal(response)
+                except GatewayError as error:
+                    yield sse_error(error.message, error.type, error.code)
+                    return
+                exchange.finish_response(response)
+                yield b"data: " + exchange.refusal_body(response) + b"\n\n"  # the backend's error, OpenAI-shaped
+                return
+            try:
+                adm = await self.backoff.requeue(exchange, response)
+                work = asyncio.ensure_future(self.scheduler.acquire(adm))
+                try:
+                    async for comment in self._queued_comments(adm, work):
+                        yield comment
+                    grant = work.result()
+                finally:
+                    work.cancel()  # the client left while queued again: the ticket is withdrawn
+            except SchedulerError as exc:
+                error = self.backoff.gave_up(exchange, exc)
+                yield sse_error(error.message, error.type, error.code)
+                return
+            except GatewayError as error:
+                yield sse_error(error.message, error.type, error.code)
+                return
+            exchange.restart(adm, grant)
+
+    async def _relay(
+        self, exchange: Exchange, stats: StreamStats, trailer: bytes | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """Relay the stream; one that may be paused, every part of it as one response.
+        ``trailer`` (a comment) goes out just before the stream's ``[DONE]``."""
         assert exchange.grant is not None
         route = self.scheduler.route(exchange.adm, exchange.grant)
         if not (resumable(exchange.req) and self.scheduler.may_pause(route)):
-            async for block in exchange.relay(stats):
+            async for block in exchange.relay(stats, trailer):
                 yield block
             return
         transcript = Transcript(exchange.req.endpoint is Endpoint.CHAT)
@@ -302,7 +368,7 @@ class Proxy:
             assert exchange.grant is not None
             self.scheduler.watch(exchange.grant, transcript.progress, on_pause)
             quantum = transcript.tokens + self.scheduler.quantum_tokens  # a candidate past this
-            async with aclosing(exchange.relay(stats)) as blocks:
+            async with aclosing(exchange.relay(stats, trailer)) as blocks:
                 async for block in blocks:
                     if exchange.paused:
                         break  # what follows the pause (the close breaking the read) is not sent
@@ -346,6 +412,7 @@ class Proxy:
             route = self.scheduler.route(adm, grant)
             exchange.ctx.trace.resumed(grant.backend, None)
             body = continuation_body(exchange.req, transcript, route.priority)
-            if (end := await self._open_in_stream(exchange, body)) is not None:
-                yield end
+            async for block in self._open_in_stream(exchange, body):
+                yield block
+            if not exchange.streaming:
                 return

@@ -3,7 +3,9 @@
     SchedulerError
      ├── Rejected            refused before it was queued (nothing to undo)
      │    ├── QueueFull      the pool's or the tenant's queue is at its bound -> 429
-     │    └── NoBackend      no backend serves the model -> 404
+     │    ├── NoBackend      no backend serves the model -> 404
+     │    └── Unserviceable  every backend of the model is down, or cooling past the
+     │                       request's deadline -> 503 no_backend, with Retry-After
      ├── Evicted             taken out of the queue after it was admitted
      │    ├── DeadlineExceeded  waited longer than its deadline -> 504
      │    └── Shed           pushed out for more urgent work -> 429
@@ -35,6 +37,14 @@ class QueueFull(Rejected):
 
 class NoBackend(Rejected):
     outcome: Outcome = Outcome.NO_BACKEND
+
+
+class Unserviceable(Rejected):
+    outcome: Outcome = Outcome.NO_BACKEND
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Evicted(SchedulerError):

@@ -65,6 +65,8 @@ EV_DISPATCHED: Final = "dispatched"
 EV_FIRST_TOKEN: Final = "first_token"
 EV_PAUSED: Final = "paused"
 EV_RESUMED: Final = "resumed"
+EV_OVERLOADED: Final = "overloaded"  # a backend refused it as overloaded (429/503): queued again
+COOLDOWN_S: Final = "triage.cooldown_s"
 PAUSES: Final = "triage.pauses"
 
 # -- GenAI metrics, with the conventions' bucket advice ---------------------------------

@@ -194,6 +194,11 @@ class RequestTrace:
         if self.span.is_recording():
             self.span.add_event(sc.EV_RESUMED, {sc.BACKEND: backend})
 
+    def overloaded(self, backend: str, status: int, cool_s: float) -> None:
+        """``backend`` refused it as overloaded (it cools down ``cool_s``): queued again."""
+        if self.span.is_recording():
+            self.span.add_event(sc.EV_OVERLOADED, {sc.BACKEND: backend, sc.HTTP_STATUS: status, sc.COOLDOWN_S: cool_s})
+
     # -- the backend's part --------------------------------------------------------------
     def call(self, backend: BackendConfig, req: InferenceRequest) -> BackendCall:
         host, port = self._t.address(backend)

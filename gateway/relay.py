@@ -74,11 +74,15 @@ async def relay_events(
     bytes go out unchanged, but for the usage chunk. ``trailer`` (a comment) goes
     out just before ``[DONE]``."""
     pending = b""
+    lone_lf = False  # a dropped event ended in CR: an LF that starts the next read is its own
     try:
         with upstream_errors():
             async for chunk in response.aiter_raw():
                 data = pending + chunk if pending else chunk
-                if b"\r" not in data:
+                if lone_lf and data:
+                    data, lone_lf = data.removeprefix(b"\n"), False
+                lf_only = b"\r" not in data
+                if lf_only:
                     cut = data.rfind(b"\n\n")
                     cut = cut + 2 if cut >= 0 else 0
                 else:
@@ -88,20 +92,21 @@ async def relay_events(
                     continue
                 block, pending = data[:cut], data[cut:]
                 if _has_usage(block):
-                    block = _take_usage(block, keep_usage, stats)
+                    block, lone_lf = _take_usage(block, keep_usage, stats)
                 if not block:
                     continue
                 if stats.first_chunk_at is None and _CONTENT.search(block):
                     stats.first_chunk_at = time.monotonic()
                 done = _DONE.search(block) if b"[DONE]" in block else None
-                stats.events += block.count(_DATA_LINE) + block.startswith(b"data:") - (done is not None)
+                lines = block.count(_DATA_LINE) if lf_only else block.count(_DATA_LINE) + block.count(b"\rdata:")
+                stats.events += lines + block.startswith(b"data:") - (done is not None)
                 if done is not None and trailer is not None:
                     block = block[: done.start()] + trailer + block[done.start() :]
                 yield block
                 if done is not None:  # the client has the whole answer: whatever happens next,
                     stats.ended_at = time.monotonic()  # it is complete
                     stats.completed = True
-            if pending.strip():
+            if pending:
                 yield pending
             stats.ended_at = time.monotonic()
             stats.completed = True
@@ -110,12 +115,15 @@ async def relay_events(
         yield sse_error(f"the inference backend failed mid-stream: {stats.error}", "upstream_error", "stream_broken")
 
 
-def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
+def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> tuple[bytes, bool]:
     """Read the usage from the events that carry it; drop a usage-only chunk (the one
     the gateway asked for) when the client did not ask. A content chunk that carries
-    usage (TGI's way) goes out as it came."""
+    usage (TGI's way) goes out as it came. Also says whether the block's last event
+    was dropped and ended in CR (an LF that follows is then dropped too)."""
     out: list[bytes] = []
+    dropped_cr = False
     for raw in sse.split_events(block):
+        dropped_cr = False
         if not _has_usage(raw):
             out.append(raw)
             continue
@@ -129,9 +137,11 @@ def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
                 stats.usage = usage
                 usage_only = not chunk.get("choices")
         if usage_only and not keep_usage:
+            dropped_cr = raw.endswith(b"\r")
+            out.append(raw[: len(raw) - len(raw.lstrip(b"\r\n"))])  # line ends before it are the last event's
             continue
         out.append(raw)
-    return b"".join(out)
+    return b"".join(out), dropped_cr
 
 
 class RelayResponse(StreamingResponse):

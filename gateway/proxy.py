@@ -10,11 +10,7 @@ A streaming request still queued after ``comment_after_s`` gets its 200 and SSE
 comment lines (``: queued position=N eta_ms=M``) every second while it waits; an
 error after that point travels as an SSE error event, and its queue time, which no
 header could carry, comes as a comment (``: x-triage-queue-ms=N``) before ``[DONE]``.
-
-A backend that refuses as overloaded (429/503) before the first byte is backpressure,
-not the client's error: it cools down for its ``Retry-After`` and the request goes
-back to the front of the queue (``Scheduler.back_off``), as often as its deadline
-allows; only then does the client get our own 429/503 with a ``Retry-After``.
+A backend's 429/503 before the first byte queues the request again (``backoff.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.backoff import Backoff
-from gateway.context import RequestContext, StillQueued, until_disconnect
+from gateway.context import RequestContext, StillQueued, queued_comments, until_disconnect
 from gateway.disconnect import DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
@@ -38,9 +34,13 @@ from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.tracing import BackendCall, Reply
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
 from gateway.upstream.refusal import client_error
-from scheduler.errors import NoBackend, SchedulerError
+from scheduler.errors import NoBackend, SchedulerError, Unserviceable
 from scheduler.service import Admission, Scheduler
 from scheduler.types import CallResult, Grant, Outcome, PredictInput
+
+
+def _sse(error: GatewayError) -> bytes:
+    return sse_error(error.message, error.type, error.code)
 
 
 def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
@@ -76,7 +76,9 @@ class Exchange:
         return self.response is not None and self.response.status_code == 200 and not self._finished
 
     def headers(self) -> dict[str, str]:
-        headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.adm.placement.cls.value}
+        headers = {"x-request-id": self.ctx.echo_id, "x-triage-class": self.adm.placement.cls.value}
+        if self.ctx.client_request_id is not None:
+            headers["x-triage-request-id"] = self.ctx.request_id  # ours, as the backend got it
         if self.grant is not None:
             headers["x-triage-queue-ms"] = f"{self.grant.queued_s * 1000:.1f}"
             headers["x-triage-backend"] = self.grant.backend
@@ -133,10 +135,6 @@ class Exchange:
         tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
         self.finish(CallResult(status < 500, status, tokens, None, tpot))
 
-    def refusal_body(self, response: httpx.Response) -> bytes:
-        """A non-200 answer as the client gets it: OpenAI-shaped, its message kept."""
-        return client_error(response.status_code, response.content)
-
     async def close_stream(self, stats: StreamStats) -> None:
         """The end of a stream, however it ended: close the upstream, then finish."""
         if self.response is not None:
@@ -180,7 +178,7 @@ class Proxy:
         )
         try:
             adm = await self.scheduler.admit(inp, ctx.tier, ctx.timeout_s, ctx.request_id, ctx.oracle_tokens)
-        except NoBackend as exc:
+        except (NoBackend, Unserviceable) as exc:
             raise from_scheduler(exc) from None
         ctx.trace.enqueued(req, adm.placement, adm.ticket, adm.pool)
         exchange = Exchange(self, req, ctx, adm)
@@ -197,7 +195,7 @@ class Proxy:
                         watch, work, self.comment_after_s if req.stream else None
                     )
             except SchedulerError as exc:
-                raise _refused(ctx, exc) from None
+                raise _refused(ctx, self.scheduler.explain(adm, exc)) from None
             except StillQueued:
                 stats = StreamStats()
                 body = self._queued_stream(exchange, work, stats)
@@ -265,8 +263,8 @@ class Proxy:
                 await response.aclose()
         exchange.finish_response(response)
         if response.status_code != 200:
-            return Response(exchange.refusal_body(response), response.status_code, headers=headers,
-                            media_type="application/json")
+            body = client_error(response.status_code, response.content)
+            return Response(body, response.status_code, headers=headers, media_type="application/json")
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 
@@ -275,12 +273,11 @@ class Proxy:
     ) -> AsyncGenerator[bytes, None]:
         """The body of a stream that started while queued: comments, then the relay."""
         try:
-            async for comment in self._queued_comments(exchange.adm, work):
+            async for comment in queued_comments(self.scheduler, exchange.adm, work, self.comment_every_s):
                 yield comment
             exchange.grant = work.result()
         except SchedulerError as exc:
-            error = _refused(exchange.ctx, exc)
-            yield sse_error(error.message, error.type, error.code)
+            yield _sse(_refused(exchange.ctx, self.scheduler.explain(exchange.adm, exc)))
             return
         finally:
             work.cancel()  # the client left while queued: the dispatcher withdraws the ticket
@@ -292,18 +289,6 @@ class Proxy:
         async for block in self._relay(exchange, stats, f": x-triage-queue-ms={queued_ms:.1f}\n\n".encode()):
             yield block
 
-    async def _queued_comments(self, adm: Admission, work: asyncio.Future[Grant]) -> AsyncGenerator[bytes, None]:
-        """Keep-alive comments with the request's place, every second until ``work`` is done."""
-        while not work.done():
-            position = await self.scheduler.position(adm)
-            if position is None:
-                yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
-            else:
-                rate = self.scheduler.drain_rate(adm)
-                eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
-                yield f": queued position={position}{eta}\n\n".encode()
-            await asyncio.wait({work}, timeout=self.comment_every_s)
-
     async def _open_in_stream(self, exchange: Exchange, body: bytes | None = None) -> AsyncGenerator[bytes, None]:
         """Call the backend for a stream whose 200 has gone out. When it answers with a
         stream (``exchange.streaming``) this yields at most keep-alive comments (while a
@@ -314,8 +299,7 @@ class Proxy:
                 response = await exchange.open(body)
             except UpstreamError as exc:
                 exchange.finish(CallResult.failed())
-                error = upstream_failed(str(exc))
-                yield sse_error(error.message, error.type, error.code)
+                yield _sse(upstream_failed(str(exc)))
                 return
             if response.status_code == 200:
                 return
@@ -323,26 +307,22 @@ class Proxy:
                 try:
                     await exchange.read_refusal(response)
                 except GatewayError as error:
-                    yield sse_error(error.message, error.type, error.code)
+                    yield _sse(error)
                     return
                 exchange.finish_response(response)
-                yield b"data: " + exchange.refusal_body(response) + b"\n\n"  # the backend's error, OpenAI-shaped
+                yield b"data: " + client_error(response.status_code, response.content) + b"\n\n"  # OpenAI-shaped
                 return
             try:
                 adm = await self.backoff.requeue(exchange, response)
                 work = asyncio.ensure_future(self.scheduler.acquire(adm))
                 try:
-                    async for comment in self._queued_comments(adm, work):
+                    async for comment in queued_comments(self.scheduler, adm, work, self.comment_every_s):
                         yield comment
                     grant = work.result()
                 finally:
                     work.cancel()  # the client left while queued again: the ticket is withdrawn
-            except SchedulerError as exc:
-                error = self.backoff.gave_up(exchange, exc)
-                yield sse_error(error.message, error.type, error.code)
-                return
-            except GatewayError as error:
-                yield sse_error(error.message, error.type, error.code)
+            except (SchedulerError, GatewayError) as exc:
+                yield _sse(self.backoff.gave_up(exchange, exc) if isinstance(exc, SchedulerError) else exc)
                 return
             exchange.restart(adm, grant)
 
@@ -405,8 +385,7 @@ class Proxy:
                 finally:
                     work.cancel()  # the client left while paused: the ticket is withdrawn
             except SchedulerError as exc:
-                error = from_scheduler(exc)
-                yield sse_error(error.message, error.type, error.code)
+                yield _sse(from_scheduler(exc))
                 return
             exchange.restart(adm, grant)
             route = self.scheduler.route(adm, grant)

@@ -14,7 +14,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.context import RequestContext, new_request_id
+from gateway.context import RequestContext, client_request_id, new_request_id
 from gateway.disconnect import ClientGone
 from gateway.errors import GatewayError
 from gateway.relay import RelayResponse
@@ -46,7 +46,10 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     gw: Gateway = request.app.state.gateway
     request_id = new_request_id()
     headers = request.headers
+    client_id = client_request_id(headers.get("x-request-id"))
+    echo_id = client_id or request_id
     trace = gw.telemetry.begin(headers, endpoint.operation, endpoint.value)
+    trace.client_request_id(client_id)
     try:
         principal = gw.auth.authenticate(headers.get("authorization"))
         raw = await _read_body(request, gw.settings.max_body_bytes)
@@ -60,14 +63,15 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
             oracle_tokens=parse_int_header(headers.get("x-triage-oracle-tokens"), "x-triage-oracle-tokens"),
             timeout_s=timeout_ms / 1000 if timeout_ms is not None else gw.settings.queue_timeout_s,
             trace=trace,
+            client_request_id=client_id,
         )
         response = await gw.proxy.handle(request, req, ctx)
     except GatewayError as exc:
         trace.end(exc.status, exc.code or exc.type)
-        return exc.response(request_id)
+        return exc.response(echo_id)
     except ClientGone:
         trace.end(499, Outcome.CLIENT_GONE)
-        return Response(status_code=499, headers={"x-request-id": request_id})
+        return Response(status_code=499, headers={"x-request-id": echo_id})
     except BaseException:
         trace.end(500, Outcome.INTERNAL)
         raise

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backends.registry import BackendConfig, BackendRegistry
-from scheduler.errors import NoBackend, Unserviceable
+from scheduler.errors import DeadlineExceeded, NoBackend, SchedulerError, Unserviceable
 from scheduler.policy.classify import Classifier
 from scheduler.policy.order import engine_priority, requeue_order, retry_order
 from scheduler.queue.dispatcher import Dispatcher, Watch
@@ -76,10 +76,7 @@ class Scheduler:
         down_for = self.registry.down_for(inp.model)
         if down_for is not None:
             if down_for >= self.no_backend_grace_s:
-                raise Unserviceable(
-                    f"Every backend of the model '{inp.model}' is down; try again later.",
-                    retry_after_s=self.registry.probe_interval_s,
-                )
+                raise self._all_down(inp.model)
             # a breaker may close soon: wait for it, but no longer than the grace
             left = self.no_backend_grace_s - down_for
             timeout_s = min(timeout_s, left) if timeout_s > 0 else left
@@ -148,6 +145,17 @@ class Scheduler:
             raise Unserviceable("No backend of the model can take the request before its deadline.", wait)
         ticket = requeue_order(adm.ticket, attempt, age_s, left_s or 0.0)
         return dataclasses.replace(adm, ticket=ticket)
+
+    def _all_down(self, model: str) -> Unserviceable:
+        return Unserviceable(f"Every backend of the model '{model}' is down; try again later.",
+                             retry_after_s=self.registry.probe_interval_s)
+
+    def explain(self, adm: Admission, exc: SchedulerError) -> SchedulerError:
+        """Why a wait ended: past its deadline while every backend of the model is down
+        (the grace ran out) is ``Unserviceable`` (503 no_backend), not a queue timeout."""
+        if isinstance(exc, DeadlineExceeded) and self.registry.down_for(adm.inp.model) is not None:
+            return self._all_down(adm.inp.model)
+        return exc
 
     def ready_in(self, model: str) -> float | None:
         """How soon a backend of the model may take work (None: none is healthy)."""

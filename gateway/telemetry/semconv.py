@@ -58,6 +58,7 @@ QUEUE_MS: Final = "triage.queue_ms"
 OUTCOME: Final = "triage.outcome"
 STATE: Final = "triage.state"
 REQUEST_ID: Final = "triage.request_id"
+CLIENT_REQUEST_ID: Final = "triage.client_request_id"  # the client's own x-request-id
 
 # -- span events ------------------------------------------------------------------------
 EV_ENQUEUED: Final = "enqueued"

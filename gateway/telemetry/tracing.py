@@ -127,6 +127,11 @@ class RequestTrace:
         self.pauses = 0
         self._ended = False
 
+    def client_request_id(self, value: str | None) -> None:
+        """The client's own x-request-id, when it sent a valid one."""
+        if value is not None and self.span.is_recording():
+            self.span.set_attribute(sc.CLIENT_REQUEST_ID, value)
+
     # -- the scheduler's part ------------------------------------------------------------
     def enqueued(self, req: InferenceRequest, placement: Placement, spec: Ticket, pool: str) -> None:
         self._req, self.cls = req, spec.cls

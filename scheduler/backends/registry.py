@@ -187,7 +187,13 @@ class BackendRegistry:
         loop = asyncio.get_running_loop()
         if backend._cool_timer is not None:
             backend._cool_timer.cancel()
-        backend._cool_timer = loop.call_later(seconds, lambda: loop.create_task(self.publish(backend)))
+
+        def over() -> None:  # the loop may run a timer a clock tick early: end it exactly
+            if backend.cool_until == until:
+                backend.cool_until = 0.0
+            loop.create_task(self.publish(backend))
+
+        backend._cool_timer = loop.call_later(seconds, over)
         loop.create_task(self.publish(backend))
 
     def any_healthy(self) -> bool:

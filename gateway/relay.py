@@ -32,7 +32,6 @@ _USAGE_MARKS = (b'"usage":{', b'"usage": {')
 # a chunk that carries generated text or a tool call (a first chat chunk often has only the role)
 _CONTENT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]|"tool_calls": ?\[ ?\{')
 _DONE = re.compile(rb"(?:^|(?<=[\r\n]))data: ?\[DONE\][ \t]*(?:\r\n|\r|\n)")
-_DATA_LINE = b"\ndata:"
 
 
 @dataclass(slots=True)
@@ -74,6 +73,7 @@ async def relay_events(
     bytes go out unchanged, but for the usage chunk. ``trailer`` (a comment) goes
     out just before ``[DONE]``."""
     pending = b""
+    lf_only = True  # no CR seen so far: events end in LF LF (sticky once a CR shows)
     lone_lf = False  # a dropped event ended in CR: an LF that starts the next read is its own
     try:
         with upstream_errors():
@@ -81,15 +81,14 @@ async def relay_events(
                 data = pending + chunk if pending else chunk
                 if lone_lf and data:
                     data, lone_lf = data.removeprefix(b"\n"), False
-                lf_only = b"\r" not in data
-                if lf_only:
-                    cut = data.rfind(b"\n\n")
-                    cut = cut + 2 if cut >= 0 else 0
-                else:
-                    cut = sse.event_end(data)
-                if cut <= 0:
-                    pending = data
-                    continue
+                cut = data.rfind(b"\n\n") + 2 if lf_only else 0  # 1: none
+                if cut <= 1:
+                    if not lf_only or b"\r" in data:  # cut where the spec says an event ends
+                        lf_only = False
+                        cut = sse.event_end(data)
+                    if cut <= 1:
+                        pending = data
+                        continue
                 block, pending = data[:cut], data[cut:]
                 if _has_usage(block):
                     block, lone_lf = _take_usage(block, keep_usage, stats)
@@ -98,8 +97,7 @@ async def relay_events(
                 if stats.first_chunk_at is None and _CONTENT.search(block):
                     stats.first_chunk_at = time.monotonic()
                 done = _DONE.search(block) if b"[DONE]" in block else None
-                lines = block.count(_DATA_LINE) if lf_only else block.count(_DATA_LINE) + block.count(b"\rdata:")
-                stats.events += lines + block.startswith(b"data:") - (done is not None)
+                stats.events += block.count(b"data:") - (done is not None)
                 if done is not None and trailer is not None:
                     block = block[: done.start()] + trailer + block[done.start() :]
                 yield block

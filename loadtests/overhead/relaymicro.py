@@ -51,6 +51,7 @@ def _load(root: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, root / "gateway" / "relay.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -68,8 +68,9 @@ async def relay_events(
     """Every complete event the upstream read brought, as one block, as soon as it came.
 
     The common framing (LF only, as vLLM, SGLang and TGI write it) is cut with one
-    ``rfind``; a stream with a CR in it (``\r\n`` from sse-starlette, or bare ``\r``)
-    is cut where the spec says an event ends (``sse.event_end``). Either way the
+    ``rfind``; a stream that shows a CR where no LF LF ends an event (``\r\n`` from
+    sse-starlette, or bare ``\r``) is cut from then on where the spec says an event
+    ends (``sse.event_end``). Either way the
     bytes go out unchanged, but for the usage chunk. ``trailer`` (a comment) goes
     out just before ``[DONE]``."""
     pending = b""

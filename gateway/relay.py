@@ -93,18 +93,20 @@ async def relay_events(
                 block, pending = data[:cut], data[cut:]
                 if _has_usage(block):
                     block, lone_lf = _take_usage(block, keep_usage, stats)
-                if not block:
-                    continue
+                    if not block:
+                        continue
                 if stats.first_chunk_at is None and _CONTENT.search(block):
                     stats.first_chunk_at = time.monotonic()
-                done = _DONE.search(block) if b"[DONE]" in block else None
-                stats.events += block.count(b"data:") - (done is not None)
-                if done is not None and trailer is not None:
+                stats.events += block.count(b"data:")
+                if b"[DONE]" not in block or (done := _DONE.search(block)) is None:
+                    yield block
+                    continue
+                stats.events -= 1
+                if trailer is not None:
                     block = block[: done.start()] + trailer + block[done.start() :]
                 yield block
-                if done is not None:  # the client has the whole answer: whatever happens next,
-                    stats.ended_at = time.monotonic()  # it is complete
-                    stats.completed = True
+                stats.ended_at = time.monotonic()  # the client has the whole answer:
+                stats.completed = True  # whatever happens next, it is complete
             if pending:
                 yield pending
             stats.ended_at = time.monotonic()

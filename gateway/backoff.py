@@ -56,10 +56,10 @@ class Backoff:
         left_s = ctx.timeout_s - age_s if ctx.timeout_s > 0 else None
         ctx.trace.overloaded(backend, status, cool_s)
         if (left_s is not None and left_s <= 0) or exchange.overloads > self.max_attempts:
-            self.scheduler.registry.cool_down(backend, cool_s)
+            await self.scheduler.registry.cool_down(backend, cool_s)
             raise backend_overloaded(status, self.scheduler.ready_in(exchange.adm.inp.model))
         try:
-            return self.scheduler.back_off(exchange.adm, backend, cool_s, age_s, left_s, exchange.overloads)
+            return await self.scheduler.back_off(exchange.adm, backend, cool_s, age_s, left_s, exchange.overloads)
         except Unserviceable as exc:
             raise backend_overloaded(status, exc.retry_after_s) from None
 

@@ -132,13 +132,13 @@ class Scheduler:
             return None
         return dataclasses.replace(adm, ticket=retry_order(adm.ticket, failed))
 
-    def back_off(self, adm: Admission, backend: str, cool_s: float, age_s: float, left_s: float | None,
-                 attempt: int) -> Admission:
+    async def back_off(self, adm: Admission, backend: str, cool_s: float, age_s: float, left_s: float | None,
+                       attempt: int) -> Admission:
         """``backend`` refused the call as overloaded: it gets no grants for ``cool_s``,
         and the request is queued again at the front with its arrival (``age_s`` ago)
         and ``left_s`` of its deadline (None: no deadline). Raises ``Unserviceable`` when
         no backend of the model can take it before that deadline."""
-        self.registry.cool_down(backend, cool_s)
+        await self.registry.cool_down(backend, cool_s)
         ready_in = self.registry.ready_in(adm.inp.model)
         if ready_in is None or (left_s is not None and ready_in >= left_s):
             wait = ready_in if ready_in is not None else self.registry.probe_interval_s

@@ -173,10 +173,11 @@ class BackendRegistry:
             return None
         return time.monotonic() - max(b.down_since for b in serving if b.down_since is not None)
 
-    def cool_down(self, name: str, seconds: float) -> None:
+    async def cool_down(self, name: str, seconds: float) -> None:
         """The backend answered that it is overloaded: no grants for ``seconds`` (it is
         published as down meanwhile, and published again when the cool-down ends, which
-        dispatches the queue into it). A later, longer cool-down extends it."""
+        dispatches the queue into it). A later, longer cool-down extends it. Returns once
+        the pool knows, so a ticket queued next cannot be granted it."""
         backend = self.backends.get(name)
         if backend is None or seconds <= 0:
             return
@@ -194,7 +195,7 @@ class BackendRegistry:
             loop.create_task(self.publish(backend))
 
         backend._cool_timer = loop.call_later(seconds, over)
-        loop.create_task(self.publish(backend))
+        await self.publish(backend)
 
     def any_healthy(self) -> bool:
         return any(b.healthy for b in self.backends.values())

@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import orjson
 
@@ -44,13 +46,14 @@ class Answer:
     status: int = 200
     body: bytes = b""
     retry_after: str | None = None  # the header, as sent
+    retry_at_s: float | None = None  # or: an HTTP-date this many seconds after the answer
     window_s: float = 0.0  # the cool-down that header asks for (for counting `early`)
     hold: threading.Event | None = None  # a completion that waits for this before its last event
     framing: bytes = b"\n\n"  # what ends each SSE event (b"\r\n\r\n" as sse-starlette writes)
 
 
 def refuse(status: int, body: bytes, retry_after: str | None = None, window_s: float = 0.0) -> Answer:
-    return Answer(status, body, retry_after, window_s)
+    return Answer(status, body, retry_after=retry_after, window_s=window_s)
 
 
 @dataclass
@@ -85,6 +88,9 @@ class ScriptedBackend:
                 answer = self._next()
                 if answer.status != 200:
                     extra = {"retry-after": answer.retry_after} if answer.retry_after is not None else {}
+                    if answer.retry_at_s is not None:
+                        at = datetime.now(UTC) + timedelta(seconds=answer.retry_at_s)
+                        extra = {"retry-after": format_datetime(at, usegmt=True)}
                     await _send(writer, answer.status, answer.body, extra)
                 elif orjson.loads(body).get("stream"):
                     await _stream(writer, answer)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from dataclasses import replace
 
 import httpx
 import orjson
@@ -61,8 +60,10 @@ async def test_a_rate_limiter_s_retry_after_is_a_cool_down(
 ) -> None:
     """Nothing reaches the backend inside the window its Retry-After asked for, by the
     backend's own count; the request is served after it."""
-    header = "2" if retry_after == "seconds" else format_datetime(datetime.now(UTC) + timedelta(seconds=3), usegmt=True)
-    with scripted_backend(refuse(429, RATE_LIMITED, header, window_s=1.5), Answer()) as tgi:
+    refusal = refuse(429, RATE_LIMITED, "2", window_s=1.5)
+    if retry_after == "http-date":  # whole seconds: 3 s ahead is at least 2 s ahead
+        refusal = replace(refusal, retry_after=None, retry_at_s=3.0)
+    with scripted_backend(refusal, Answer()) as tgi:
         gw = gateway_factory([backend("tgi", tgi.url)])
         async with httpx.AsyncClient(base_url=gw, timeout=30) as http:
             resp = await http.post(CHAT, json=chat())

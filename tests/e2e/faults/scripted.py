@@ -50,6 +50,7 @@ class Answer:
     window_s: float = 0.0  # the cool-down that header asks for (for counting `early`)
     hold: threading.Event | None = None  # a completion that waits for this before its last event
     framing: bytes = b"\n\n"  # what ends each SSE event (b"\r\n\r\n" as sse-starlette writes)
+    data: bytes = b"data: "  # b"data:" as TGI writes
 
 
 def refuse(status: int, body: bytes, retry_after: str | None = None, window_s: float = 0.0) -> Answer:
@@ -111,7 +112,7 @@ async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, headers:
 
 async def _stream(writer: asyncio.StreamWriter, answer: Answer) -> None:
     writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-    events = [b"data: " + orjson.dumps(e) + answer.framing for e in EVENTS] + [b"data: [DONE]" + answer.framing]
+    events = [answer.data + orjson.dumps(e) + answer.framing for e in EVENTS] + [answer.data + b"[DONE]" + answer.framing]
     for i, event in enumerate(events):
         if answer.hold is not None and i == len(events) - 1:
             await asyncio.get_running_loop().run_in_executor(None, answer.hold.wait, 30)

@@ -1,5 +1,8 @@
 """What an operator looks at: ``/metrics``, ``/admin/stats``, ``/admin/backends``, ``/dashboard``.
 
+``/admin/stats`` shows this replica's window; ``?scope=cluster`` sums every replica's
+(``telemetry/cluster.py``) and names them in ``replicas``.
+
 ``/metrics`` is Prometheus text and open, like ``/health`` (keep the port on a
 trusted network or behind the proxy's rules). The ``/admin`` endpoints answer with
 an admin key when keys are configured. ``/dashboard`` is one static page with no
@@ -14,6 +17,7 @@ from importlib import resources
 
 import orjson
 from fastapi import APIRouter, Request
+from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
@@ -45,21 +49,35 @@ async def stats(request: Request) -> Response:
         gw = _admin(request)
     except GatewayError as exc:
         return exc.response()
+    scope = request.query_params.get("scope", "replica")
+    if scope not in ("replica", "cluster"):
+        return GatewayError(400, "scope must be 'replica' (this replica) or 'cluster' (all replicas summed)",
+                            param="scope").response()
     t = gw.telemetry
     await t.depth.refresh()
-    depth = t.depth.by_class()
-    classes = t.stats.snapshot()
+    depth = t.depth.by_class()  # the shared queue: the same seen from every replica
+    if scope == "cluster":
+        try:
+            view = await t.cluster.view()
+        except RedisError as exc:
+            return GatewayError(503, f"Redis cannot be reached: {exc}", "service_unavailable",
+                                "scheduler_unavailable", retry_after_s=2).response()
+        classes, timeline, replicas = view["classes"], view["timeline"], view["replicas"]
+    else:
+        classes, timeline, replicas = t.stats.snapshot(), t.stats.timeline(), [gw.dispatcher.owner]
     for cls, entry in classes.items():
         entry["queue_depth"] = depth.get(cls, 0)
     return _json({
         "replica": gw.dispatcher.owner,
+        "scope": scope,
+        "replicas": replicas,  # whose windows the classes and timeline sum
         "policy": t.policy,
         "time": time.time(),
         "window_s": t.stats.window_s,
         "classes": classes,
         "queue": {"by_class": depth, "by_pool": t.depth.totals, "queued_here": gw.dispatcher.queued_here},
         "predictor": {"kendall_tau": t.accuracy.tau(), "pairs": len(t.accuracy)},
-        "timeline": t.stats.timeline(),
+        "timeline": timeline,
     })
 
 

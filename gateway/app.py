@@ -17,11 +17,14 @@ from redis.backoff import ExponentialBackoff
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway import admin
-from gateway.auth import Authenticator
+from gateway import admin, admin_keys
+from gateway.auth import Authenticator, quota_limits
 from gateway.backoff import Backoff
+from gateway.drain import Drain, InFlight
 from gateway.errors import GatewayError
+from gateway.keystore import KeyStore
 from gateway.proxy import Proxy
+from gateway.reload import ConfigSource, Reloader
 from gateway.routes import router
 from gateway.settings import ConfigError, Settings
 from gateway.state import Gateway
@@ -33,11 +36,13 @@ from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams
+from scheduler.policy.quota import QuotaLimits
 from scheduler.policy.reservation import ReservationParams
 from scheduler.predictor.factory import Built, PredictorSpec, PredictorUnavailable, build
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
+from scheduler.quota import Quotas
 from scheduler.service import Scheduler
 from scheduler.types import ClassThresholds
 
@@ -81,6 +86,12 @@ def cooldown(settings: Settings) -> Cooldown:
     return Cooldown(settings.overload_cooldown_s, settings.overload_cooldown_max_s)
 
 
+def quota_config(settings: Settings) -> tuple[QuotaLimits, dict[str, QuotaLimits]]:
+    """The default tenant quota, and each named tenant's."""
+    tenants = {t: quota_limits(q) or QuotaLimits() for t, q in settings.tenant_quotas.items()}
+    return quota_limits(settings.default_quota) or QuotaLimits(), tenants
+
+
 def make_predictor(settings: Settings) -> Built:
     """The configured predictor; ``ConfigError`` if it cannot be built."""
     spec = PredictorSpec(
@@ -108,15 +119,19 @@ def shared_redis(url: str, name: str, max_connections: int = 64) -> Redis:
 
 
 def create_app(
-    settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None
+    settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None,
+    source: ConfigSource | None = None,
 ) -> FastAPI:
     """``tracer_provider``: where spans go (tests pass one with an in-memory exporter);
-    ``otel``: the exporters, by default from the standard ``OTEL_*`` environment."""
+    ``otel``: the exporters, by default from the standard ``OTEL_*`` environment;
+    ``source``: where the settings came from, to reload them on SIGHUP or a file change
+    (``reload.py``); None: no reload."""
     if not settings.redis_url:
         raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
     redis_url: str = settings.redis_url
     otel = otel if otel is not None else OtelConfig.from_env(os.environ)
     predictor = make_predictor(settings)  # here, not at startup: a bad weights file is a config error
+    drain = Drain(settings.drain_timeout_s)  # before the lifespan: a signal may come at any time
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -147,29 +162,62 @@ def create_app(
         )
         telemetry = Telemetry(
             otel, registry, redis, settings.key_prefix, settings.policy.value, settings.trace_content,
-            tracer_provider, dispatcher.owner,
+            tracer_provider, dispatcher.owner, settings.request_log, settings.stats_publish_s,
         )
+        keystore = KeyStore(redis, settings.key_prefix, settings.key_sync_s)
+        defaults, tenants = quota_config(settings)
+        quotas = Quotas(redis, settings.key_prefix, defaults, tenants, settings.lease_ttl_s, settings.heartbeat_s)
         scheduler = Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
                               settings.quantum_tokens, settings.no_backend_grace_s)
+        backoff = Backoff(scheduler, cooldown(settings), settings.overload_max_attempts)
         gateway = Gateway(
-            settings, redis, dispatcher, registry, Authenticator(settings),
-            Proxy(scheduler, Upstream(client), Backoff(scheduler, cooldown(settings), settings.overload_max_attempts)),
-            telemetry,
+            settings, redis, dispatcher, registry, Authenticator(settings, keystore),
+            Proxy(scheduler, Upstream(client), quotas, backoff),
+            telemetry, drain, keystore, quotas,
         )
+        drain.bind(dispatcher.hand_back)
         app.state.gateway = gateway
+        applied = {"keys": settings.api_keys, "quotas": (settings.default_quota, settings.tenant_quotas)}
+
+        async def apply(new: Settings) -> list[str]:
+            """What a reload changes: the config file's keys, the quotas, the backends."""
+            changes = []
+            if new.api_keys != applied["keys"]:
+                gateway.auth.reload(new)
+                applied["keys"] = new.api_keys
+                changes.append(f"{len(new.api_keys)} keys in the config file")
+            if (new.default_quota, new.tenant_quotas) != applied["quotas"]:
+                quotas.defaults, quotas.tenants = quota_config(new)
+                applied["quotas"] = (new.default_quota, new.tenant_quotas)
+                changes.append("quotas")
+            changes += await registry.reconcile(backend_configs(new))
+            for pool in registry.reservations:  # a new pool's depth, in /metrics and /admin/stats
+                telemetry.depth.add_pool(pool)
+            return changes
+
+        reloader = Reloader(source, settings.reload_check_s, apply, settings) if source is not None else None
+        app.state.reloader = reloader
+        await keystore.start()
+        await quotas.start()
         await dispatcher.start()
         await registry.start()
         await telemetry.start(settings.probe_interval_s)
         if sync is not None:
             await sync.start()
+        if reloader is not None:
+            await reloader.start()
         try:
             yield
         finally:
+            if reloader is not None:
+                await reloader.stop()
             if sync is not None:
                 await sync.stop()
             await telemetry.stop()
             await registry.stop()
             await dispatcher.stop()
+            await quotas.stop()
+            await keystore.stop()
             await client.aclose()
             await listen.aclose()
             await redis.aclose()
@@ -177,6 +225,9 @@ def create_app(
     app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)
     app.include_router(admin.router)
+    app.include_router(admin_keys.router)
+    app.state.drain = drain
+    app.add_middleware(InFlight, drain=drain)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

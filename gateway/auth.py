@@ -1,4 +1,11 @@
-"""Client keys -> tenant and tier. Only SHA-256 digests of keys are configured or kept."""
+"""Client keys -> tenant and tier. Only SHA-256 digests of keys are configured or kept.
+
+Two sources, looked up in this order: the config file's ``api_keys`` (replaced as a
+whole by ``reload``), and the keys created through ``/admin/keys`` (``keystore.py``,
+this replica's copy of Redis). Keys are required when the config file names any;
+with none configured the gateway is open, and a key created through the API still
+gives its tenant, tier and quotas to whoever sends it.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,9 @@ import hashlib
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError
-from gateway.settings import Settings
+from gateway.keystore import KeyStore
+from gateway.settings import ApiKeySettings, QuotaSettings, Settings
+from scheduler.policy.quota import QuotaLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,13 +23,40 @@ class Principal:
     tenant: str
     tier: str
     admin: bool
+    key_id: str = ""  # "" for the open gateway's anonymous caller
+    quotas: QuotaLimits | None = None  # the key's own limits
+
+
+def quota_limits(q: QuotaSettings | None) -> QuotaLimits | None:
+    if q is None:
+        return None
+    return QuotaLimits(q.requests_per_minute, q.tokens_per_minute, q.concurrent)
 
 
 class Authenticator:
-    def __init__(self, settings: Settings) -> None:
-        self._keys = {k.sha256: Principal(k.tenant, k.tier, k.admin) for k in settings.api_keys}
+    def __init__(self, settings: Settings, store: KeyStore | None = None) -> None:
+        self._store = store
+        self.config_keys: list[ApiKeySettings] = []
+        self._keys: dict[str, Principal] = {}
         self._open = Principal("default", settings.tiers[0], True)
         self._tiers = list(settings.tiers)  # most urgent first
+        self.reload(settings)
+
+    def reload(self, settings: Settings) -> None:
+        """The config file's keys, replaced whole (a removed key is refused from now on)."""
+        self.config_keys = list(settings.api_keys)
+        self._keys = {
+            k.sha256: Principal(k.tenant, k.tier, k.admin, k.key_id, quota_limits(k.quotas))
+            for k in settings.api_keys
+        }
+
+    def _lookup(self, digest: str) -> Principal | None:
+        found = self._keys.get(digest)
+        if found is None and self._store is not None:
+            record = self._store.by_hash.get(digest)
+            if record is not None:
+                found = Principal(record.tenant, record.tier, record.admin, record.id, quota_limits(record.quotas))
+        return found
 
     @property
     def required(self) -> bool:
@@ -28,6 +64,10 @@ class Authenticator:
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not self._keys:
+            if authorization and authorization.lower().startswith("bearer ") and self._store is not None:
+                known = self._lookup(hashlib.sha256(authorization[7:].strip().encode()).hexdigest())
+                if known is not None:
+                    return known
             return self._open
         if not authorization or not authorization.lower().startswith("bearer "):
             raise GatewayError(
@@ -35,7 +75,7 @@ class Authenticator:
                 "invalid_api_key",
             )
         digest = hashlib.sha256(authorization[7:].strip().encode()).hexdigest()
-        principal = self._keys.get(digest)
+        principal = self._lookup(digest)
         if principal is None:
             raise GatewayError(401, "Incorrect API key provided.", "authentication_error", "invalid_api_key")
         return principal

@@ -13,19 +13,24 @@ rate limited) or 503 (backends overloaded), with ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 import httpx
 
+from gateway.context import queued_comments, until_disconnect
+from gateway.disconnect import DisconnectWatch
 from gateway.errors import GatewayError, backend_overloaded, from_scheduler
+from gateway.relay import sse_error
 from gateway.upstream.refusal import OVERLOADED, Cooldown
-from scheduler.errors import DeadlineExceeded, SchedulerError, Unserviceable
+from scheduler.errors import DeadlineExceeded, SchedulerError
 from scheduler.service import Admission, Scheduler
 from scheduler.types import CallResult
 
 if TYPE_CHECKING:
-    from gateway.proxy import Exchange
+    from gateway.exchange import Exchange
 
 
 class Backoff:
@@ -58,10 +63,43 @@ class Backoff:
         if (left_s is not None and left_s <= 0) or exchange.overloads > self.max_attempts:
             await self.scheduler.registry.cool_down(backend, cool_s)
             raise backend_overloaded(status, self.scheduler.ready_in(exchange.adm.inp.model))
+        model = exchange.adm.inp.model
+        retry = await self.scheduler.back_off(exchange.adm, backend, cool_s, age_s, left_s, exchange.overloads)
+        if retry is None:  # no backend of the model can take it before its deadline
+            ready_in = self.scheduler.ready_in(model)
+            raise backend_overloaded(status, ready_in if ready_in is not None else cool_s)
+        return retry
+
+    async def again(self, watch: DisconnectWatch, exchange: Exchange, response: httpx.Response) -> None:
+        """Queue the request again and wait (watching the client) for its next grant; the
+        exchange restarts on it. Raises our 429/503 when it cannot wait any longer."""
+        adm = await self.requeue(exchange, response)
         try:
-            return await self.scheduler.back_off(exchange.adm, backend, cool_s, age_s, left_s, exchange.overloads)
-        except Unserviceable as exc:
-            raise backend_overloaded(status, exc.retry_after_s) from None
+            grant = await until_disconnect(watch, asyncio.ensure_future(self.scheduler.acquire(adm)))
+        except SchedulerError as exc:
+            raise self.gave_up(exchange, exc) from None
+        exchange.restart(adm, grant)
+
+    async def again_in_stream(
+        self, exchange: Exchange, response: httpx.Response, every_s: float
+    ) -> AsyncGenerator[bytes, None]:
+        """``again`` for a stream whose 200 has gone out: keep-alive comments while it
+        waits; when it cannot wait, the SSE error event it ends with (the exchange is then
+        not restarted)."""
+        try:
+            adm = await self.requeue(exchange, response)
+            work = asyncio.ensure_future(self.scheduler.acquire(adm))
+            try:
+                async for comment in queued_comments(self.scheduler, adm, work, every_s):
+                    yield comment
+                grant = work.result()
+            finally:
+                work.cancel()  # the client left while queued again: the ticket is withdrawn
+        except (SchedulerError, GatewayError) as exc:
+            error = self.gave_up(exchange, exc) if isinstance(exc, SchedulerError) else exc
+            yield sse_error(error.message, error.type, error.code)
+            return
+        exchange.restart(adm, grant)
 
     def gave_up(self, exchange: Exchange, exc: SchedulerError) -> GatewayError:
         """A re-queued request's wait ended in ``exc``: past its deadline, our 429/503."""

@@ -23,6 +23,7 @@ class GatewayError(Exception):
         code: str | None = None,
         param: str | None = None,
         retry_after_s: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -31,12 +32,13 @@ class GatewayError(Exception):
         self.code = code
         self.param = param
         self.retry_after_s = retry_after_s
+        self.headers = headers or {}  # extra response headers (x-ratelimit-*)
 
     def body(self) -> bytes:
         return error_body(self.message, self.type, self.code, self.param)
 
     def response(self, request_id: str | None = None) -> Response:
-        headers = {}
+        headers = dict(self.headers)
         if request_id:
             headers["x-request-id"] = request_id
         if self.retry_after_s is not None:
@@ -55,15 +57,27 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
     if isinstance(exc, sched.QueueFull):
         return GatewayError(429, str(exc), "rate_limit_error", "queue_full", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, sched.QuotaExceeded):
+        code = "request_too_large" if exc.retry_after_s is None else "rate_limit_exceeded"
+        return GatewayError(
+            429, str(exc), "rate_limit_error", code, retry_after_s=exc.retry_after_s, headers=exc.headers
+        )
     if isinstance(exc, sched.Shed):
         return GatewayError(429, str(exc), "rate_limit_error", "shed", retry_after_s=exc.retry_after_s)
     if isinstance(exc, sched.DeadlineExceeded):
         return GatewayError(504, str(exc), "timeout_error", "queue_timeout")
-    if isinstance(exc, sched.Unserviceable):
-        return GatewayError(503, str(exc), "service_unavailable", "no_backend", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, sched.BackendsDown):
+        return GatewayError(503, str(exc), "service_unavailable", "backends_down", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, sched.Draining):
+        return draining(str(exc), exc.retry_after_s)
     if isinstance(exc, sched.NoBackend):
         return GatewayError(404, str(exc), code="model_not_found", param="model")
     return GatewayError(503, str(exc), "service_unavailable", "scheduler_unavailable", retry_after_s=2)
+
+
+def draining(message: str = "This gateway replica is shutting down; retry the request (another replica "
+             "will take it).", retry_after_s: float = 1.0) -> GatewayError:
+    return GatewayError(503, message, "service_unavailable", "draining", retry_after_s=retry_after_s)
 
 
 def upstream_failed(detail: str) -> GatewayError:

@@ -28,15 +28,17 @@ from gateway.backoff import Backoff
 from gateway.context import RequestContext, StillQueued, queued_comments, until_disconnect
 from gateway.disconnect import DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
-from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
+from gateway.exchange import Exchange
+from gateway.relay import RelayResponse, StreamStats, sse_error
 from gateway.resume import PAUSED, Transcript, continuation_body, resumable
 from gateway.schemas import Endpoint, InferenceRequest
-from gateway.telemetry.tracing import BackendCall, Reply
-from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
+from gateway.upstream.client import Upstream, UpstreamError
 from gateway.upstream.refusal import client_error
-from scheduler.errors import NoBackend, SchedulerError, Unserviceable
+from scheduler.errors import NoBackend, SchedulerError
+from scheduler.policy.quota import reserve_tokens
+from scheduler.quota import Hold, Quotas
 from scheduler.service import Admission, Scheduler
-from scheduler.types import CallResult, Grant, Outcome, PredictInput
+from scheduler.types import CallResult, Grant, PredictInput
 
 
 def _sse(error: GatewayError) -> bytes:
@@ -48,128 +50,31 @@ def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
     return from_scheduler(exc)
 
 
-class Exchange:
-    """One request's state between the scheduler and the backend."""
-
-    def __init__(self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, adm: Admission) -> None:
-        self.proxy, self.req, self.ctx, self.adm = proxy, req, ctx, adm
-        self.grant: Grant | None = None
-        self.response: httpx.Response | None = None  # an open upstream stream
-        self.sent_at = 0.0  # when the upstream call was sent
-        self.call: BackendCall | None = None  # the backend call's span
-        self.reply: Reply | None = None  # usage and timing of the answer, once known
-        self.paused = False  # its slot went to more urgent work: the stream is being closed
-        self.overloads = 0  # times a backend refused it as overloaded (429/503)
-        self.overload_status = 0  # the last such status
-        self._closing: asyncio.Task[None] | None = None
-        self._finished = False
-
-    def again(self, adm: Admission) -> Exchange:
-        """A fresh exchange for a retry of the same request."""
-        again = Exchange(self.proxy, self.req, self.ctx, adm)
-        again.overloads, again.overload_status = self.overloads, self.overload_status
-        return again
-
-    @property
-    def streaming(self) -> bool:
-        """The backend answers with an open stream."""
-        return self.response is not None and self.response.status_code == 200 and not self._finished
-
-    def headers(self) -> dict[str, str]:
-        headers = {"x-request-id": self.ctx.echo_id, "x-triage-class": self.adm.placement.cls.value}
-        if self.ctx.client_request_id is not None:
-            headers["x-triage-request-id"] = self.ctx.request_id  # ours, as the backend got it
-        if self.grant is not None:
-            headers["x-triage-queue-ms"] = f"{self.grant.queued_s * 1000:.1f}"
-            headers["x-triage-backend"] = self.grant.backend
-        return headers
-
-    def restart(self, adm: Admission, grant: Grant) -> None:
-        """The next part of a paused request, on a new grant."""
-        self.adm, self.grant, self.response, self.call, self.reply = adm, grant, None, None, None
-        self.paused, self._finished = False, False
-
-    def pause(self) -> None:
-        """The dispatch script gave this request's slot away: close the upstream stream
-        (the engine aborts it); the relay notices, and the request is resumed later."""
-        self.paused = True
-        if self.response is not None:
-            self._closing = asyncio.get_running_loop().create_task(self.response.aclose())
-
-    async def open(self, body: bytes | None = None) -> httpx.Response:
-        assert self.grant is not None
-        route = self.proxy.scheduler.route(self.adm, self.grant)
-        body = body if body is not None else self.req.upstream_body(route.priority)
-        self.ctx.trace.dispatched(self.grant)
-        self.call = self.ctx.trace.call(route.backend, self.req)
-        headers = headers_for(route.backend, self.ctx.request_id, self.call.headers)
-        call = UpstreamCall(route.backend, self.req.endpoint.value, body, headers)
-        self.sent_at = time.monotonic()
-        self.response = await self.proxy.upstream.open(call, stream=self.req.stream)
-        return self.response
-
-    def finish(self, result: CallResult) -> None:
-        """Give the slot back and tell the scheduler how the call went. Once."""
-        if self._finished or self.grant is None:
-            return
-        self._finished = True
-        self.proxy.scheduler.complete(self.adm, self.grant, result, time.monotonic() - self.sent_at)
-        self.ctx.trace.call_done(  # after the slot is back
-            self.call, result.tokens, result.ok, result.status, result.tpot_s, self.reply
-        )
-
-    async def read_refusal(self, response: httpx.Response) -> None:
-        """The whole body of a non-200 answer to a stream; one that breaks off is a 502."""
-        try:
-            with upstream_errors():
-                await response.aread()
-        except UpstreamError as exc:
-            self.finish(CallResult.failed())
-            raise upstream_failed(f"its error answer broke off: {exc}") from None
-
-    def finish_response(self, response: httpx.Response) -> None:
-        """A whole (non-streamed, or refused) answer."""
-        status = response.status_code
-        self.reply = Reply.from_body(response.content) if status == 200 else None
-        tokens = self.reply.tokens("completion_tokens") if self.reply else None
-        tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
-        self.finish(CallResult(status < 500, status, tokens, None, tpot))
-
-    async def close_stream(self, stats: StreamStats) -> None:
-        """The end of a stream, however it ended: close the upstream, then finish."""
-        if self.response is not None:
-            await self.response.aclose()
-        tokens = stats.usage.get("completion_tokens") if stats.usage else None
-        stats.started = self.sent_at
-        self.reply = Reply.from_stream(stats)
-        self.finish(CallResult(
-            stats.error is None, 200, tokens if stats.completed else None, stats.ttft_s, stats.tpot_s(tokens)
-        ))
-        gone = Outcome.CLIENT_GONE if stats.client_gone else None
-        self.ctx.trace.end(200, Outcome.STREAM_BROKEN if stats.error else gone)
-
-    async def close_part(self) -> None:
-        """A paused part ends: its upstream closed, its slot already given away (nothing
-        learned, the backend not blamed)."""
-        if self._closing is not None:
-            await self._closing
-        if self.response is not None:
-            await self.response.aclose()
-        self.finish(CallResult.client_gone())
-
-    def relay(self, stats: StreamStats, trailer: bytes | None = None) -> AsyncGenerator[bytes, None]:
-        assert self.response is not None
-        return relay_events(self.response, self.req.include_usage, stats, trailer)
-
-
 class Proxy:
     comment_after_s = 1.0  # a queued stream starts and shows its place after this long
     comment_every_s = 1.0
 
-    def __init__(self, scheduler: Scheduler, upstream: Upstream, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, scheduler: Scheduler, upstream: Upstream, quotas: Quotas | None = None, backoff: Backoff | None = None
+    ) -> None:
         self.scheduler = scheduler
         self.upstream = upstream
+        self.quotas = quotas  # None: no quota is configured anywhere
         self.backoff = backoff or Backoff(scheduler)  # what a backend's 429/503 does
+
+    async def _charge(self, req: InferenceRequest, ctx: RequestContext, adm: Admission) -> Hold | None:
+        """Admission against the tenant's and the key's quotas, before the request is queued."""
+        if self.quotas is None:
+            return None
+        p = ctx.principal
+        reserve = reserve_tokens(req.prompt_chars, adm.placement.prediction.tokens, req.max_tokens)
+        plan = self.quotas.plan(p.tenant, p.key_id, p.quotas, reserve)
+        if plan is None:
+            return None
+        try:
+            return await self.quotas.admit(plan, ctx.request_id)
+        except SchedulerError as exc:
+            raise _refused(ctx, exc) from None
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
         inp = PredictInput(
@@ -178,10 +83,11 @@ class Proxy:
         )
         try:
             adm = await self.scheduler.admit(inp, ctx.tier, ctx.timeout_s, ctx.request_id, ctx.oracle_tokens)
-        except (NoBackend, Unserviceable) as exc:
+        except NoBackend as exc:  # BackendsDown included
             raise from_scheduler(exc) from None
         ctx.trace.enqueued(req, adm.placement, adm.ticket, adm.pool)
         exchange = Exchange(self, req, ctx, adm)
+        exchange.hold = await self._charge(req, ctx, adm)
         watch = DisconnectWatch(request.receive)  # one watcher for the whole request
         response: Response | None = None
         try:
@@ -206,6 +112,7 @@ class Proxy:
         finally:
             if not isinstance(response, RelayResponse):  # a stream takes the watch over
                 watch.stop()
+                exchange.settle(None)  # a no-op when the answer settled it already
 
     async def _open_with_retry(
         self, watch: DisconnectWatch, exchange: Exchange
@@ -239,12 +146,7 @@ class Proxy:
         try:
             exchange, response = await self._open_with_retry(watch, exchange)
             while self.backoff.applies(response):
-                adm = await self.backoff.requeue(exchange, response)
-                try:
-                    grant = await until_disconnect(watch, asyncio.ensure_future(self.scheduler.acquire(adm)))
-                except SchedulerError as exc:
-                    raise self.backoff.gave_up(exchange, exc) from None
-                exchange.restart(adm, grant)
+                await self.backoff.again(watch, exchange, response)
                 exchange, response = await self._open_with_retry(watch, exchange)
         except BaseException:
             exchange.finish(CallResult.client_gone())
@@ -262,6 +164,7 @@ class Proxy:
             finally:
                 await response.aclose()
         exchange.finish_response(response)
+        exchange.settle(exchange.reply.usage if exchange.reply else None)
         if response.status_code != 200:
             body = client_error(response.status_code, response.content)
             return Response(body, response.status_code, headers=headers, media_type="application/json")
@@ -312,19 +215,10 @@ class Proxy:
                 exchange.finish_response(response)
                 yield b"data: " + client_error(response.status_code, response.content) + b"\n\n"  # OpenAI-shaped
                 return
-            try:
-                adm = await self.backoff.requeue(exchange, response)
-                work = asyncio.ensure_future(self.scheduler.acquire(adm))
-                try:
-                    async for comment in queued_comments(self.scheduler, adm, work, self.comment_every_s):
-                        yield comment
-                    grant = work.result()
-                finally:
-                    work.cancel()  # the client left while queued again: the ticket is withdrawn
-            except (SchedulerError, GatewayError) as exc:
-                yield _sse(self.backoff.gave_up(exchange, exc) if isinstance(exc, SchedulerError) else exc)
+            async for block in self.backoff.again_in_stream(exchange, response, self.comment_every_s):
+                yield block
+            if exchange.response is not None:  # not restarted on a new grant: it ended in an error
                 return
-            exchange.restart(adm, grant)
 
     async def _relay(
         self, exchange: Exchange, stats: StreamStats, trailer: bytes | None = None

@@ -52,6 +52,7 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     trace.client_request_id(client_id)
     try:
         principal = gw.auth.authenticate(headers.get("authorization"))
+        trace.principal(request_id, principal.tenant, principal.key_id)
         raw = await _read_body(request, gw.settings.max_body_bytes)
         req = parse(raw, endpoint, gw.settings.max_tokens_limit)
         timeout_ms = parse_int_header(headers.get("x-triage-timeout-ms"), "x-triage-timeout-ms")
@@ -112,8 +113,15 @@ async def health() -> Response:
 
 @router.get("/ready")
 async def ready(request: Request) -> Response:
+    """Ready to take work: Redis answers and the replica is not draining. Backends that
+    are down are reported, and make it unready only with ``ready_requires_backend``
+    (requests are answered 503 meanwhile, by every replica alike)."""
     gw: Gateway = request.app.state.gateway
     redis_ok = await gw.redis_ok()
     backends_ok = gw.registry.any_healthy()
-    body = {"ready": redis_ok and backends_ok, "redis": redis_ok, "backends": backends_ok}
-    return _json(body, 200 if body["ready"] else 503)
+    ready = redis_ok and not gw.drain.draining and (backends_ok or not gw.settings.ready_requires_backend)
+    body = {
+        "ready": ready, "redis": redis_ok, "backends": backends_ok, "draining": gw.drain.draining,
+        "backends_down": gw.registry.down(),
+    }
+    return _json(body, 200 if ready else 503)

@@ -12,6 +12,7 @@ from contextlib import ExitStack
 
 import redis
 
+from gateway.reload import ConfigSource
 from gateway.settings import BackendSettings, ConfigError, Settings
 
 
@@ -44,11 +45,14 @@ def _banner(settings: Settings, embedded: list[str]) -> str:
     return "\n".join(lines)
 
 
-def run(settings: Settings) -> None:
-    """Serve until Ctrl-C or SIGTERM; ``ConfigError`` if Redis cannot be reached."""
+def run(settings: Settings, source: ConfigSource | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM (both drain first); ``ConfigError`` if Redis cannot be reached.
+    ``source``: where the settings came from; the gateway reloads it on SIGHUP and
+    when the file changes (the embedded servers stay as they were started)."""
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.drain import draining_server
     from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
 
     embedded: list[str] = []
@@ -58,6 +62,8 @@ def run(settings: Settings) -> None:
             url = server.start()
             stack.callback(server.stop)
             settings = settings.model_copy(update={"redis_url": url})
+            if source is not None:
+                source = ConfigSource(source.path, {**source.overrides, "redis_url": url})
             embedded.append(f"embedded Redis-protocol server (Valkey) at {url}; state is not kept")
         else:
             _check_redis(settings.redis_url)
@@ -69,15 +75,23 @@ def run(settings: Settings) -> None:
                 name="sim", url=url, models=[settings.simulator_model], max_concurrency=64, resume="vllm"
             )
             settings = settings.model_copy(update={"backends": [backend]})
+            if source is not None:
+                source = ConfigSource(source.path, {**source.overrides, "backends": [backend]})
             embedded.append(
                 f"simulated backend '{settings.simulator_model}' ({settings.simulator_profile}) at {url}"
             )
+        if settings.request_log:
+            from gateway.telemetry.request_log import to_stdout
+
+            to_stdout()
         print(_banner(settings, embedded), flush=True)
+        app = create_app(settings, source=source)
         config = uvicorn.Config(
-            create_app(settings), host=settings.host, port=settings.port, log_level="info",
+            app, host=settings.host, port=settings.port, log_level="info",
             access_log=settings.access_log, timeout_graceful_shutdown=10,
         )
-        _quiet_stop_server()(config).run()
+        # the first SIGTERM / SIGINT drains (gateway/drain.py), a second one stops at once
+        draining_server(_quiet_stop_server(), config, app.state.drain).run()
 
 
 def _quiet_stop_server() -> type:

@@ -56,6 +56,16 @@ class BackendSettings(BaseModel):
         return value.rstrip("/").removesuffix("/v1")
 
 
+class QuotaSettings(BaseModel):
+    """Limits of a tenant or a key; omitted or 0: that limit is off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests_per_minute: int | None = Field(default=None, ge=0)
+    tokens_per_minute: int | None = Field(default=None, ge=0)  # input + output
+    concurrent: int | None = Field(default=None, ge=0)  # requests admitted and not yet finished
+
+
 class ApiKeySettings(BaseModel):
     """One client key. Only its SHA-256 is configured, never the key itself."""
 
@@ -65,6 +75,12 @@ class ApiKeySettings(BaseModel):
     tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9_.:-]+$")
     tier: str = "interactive"
     admin: bool = False
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]+$")  # omitted: cfg-<first 12 of sha256>
+    quotas: QuotaSettings | None = None  # this key's own limits, besides its tenant's
+
+    @property
+    def key_id(self) -> str:
+        return self.id or f"cfg-{self.sha256[:12]}"
 
 
 class Settings(BaseSettings):
@@ -100,8 +116,9 @@ class Settings(BaseSettings):
     overload_cooldown_s: float = Field(default=1.0, ge=0)
     overload_cooldown_max_s: float = Field(default=30.0, ge=0)
     overload_max_attempts: int = Field(default=20, ge=0)  # refusals one request may meet
-    # every backend of a model down this long (circuit open): new requests get 503 at once
-    no_backend_grace_s: float = Field(default=10.0, ge=0)
+    # every backend of a model down this long (circuit open): new requests get 503 at once;
+    # before that they wait at most what is left of it (a probing breaker may close)
+    no_backend_grace_s: float = Field(default=0.0, ge=0)
 
     # slot reservation: long and batch work may hold only a share of each backend
     reserve_slots: bool = False
@@ -140,6 +157,25 @@ class Settings(BaseSettings):
     max_tokens_limit: int = Field(default=1_000_000, ge=1)
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     access_log: bool = False
+
+    # shutdown and readiness (docs/operations.md): on SIGTERM running requests get this long
+    drain_timeout_s: float = Field(default=60.0, ge=0)
+    # /ready answers 503 while no backend is up (off: the replica stays ready and answers
+    # requests 503 itself, so a load balancer does not drop every replica at once)
+    ready_requires_backend: bool = False
+    # quotas (docs/operations.md, "Quotas"): per tenant, and per key (api_keys[].quotas)
+    default_quota: QuotaSettings = Field(default_factory=QuotaSettings)  # a tenant without its own entry
+    tenant_quotas: dict[str, QuotaSettings] = Field(default_factory=dict)
+
+    # keys created through /admin/keys: how often a replica checks for changes (revocations)
+    key_sync_s: float = Field(default=1.0, gt=0)
+    # reload backends and keys when the config file changes (and on SIGHUP); 0: only on SIGHUP
+    reload_check_s: float = Field(default=2.0, ge=0)
+
+    # one JSON line per request on the "triage.requests" logger (stdout under triage serve)
+    request_log: bool = False
+    # the cluster-wide view: each replica publishes its stats window this often
+    stats_publish_s: float = Field(default=2.0, gt=0)
 
     # telemetry (exporters follow the standard OTEL_* environment; see gateway/telemetry/hub.py)
     trace_content: bool = False  # record prompts and completions on spans: they may hold personal data

@@ -8,11 +8,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator
+from gateway.drain import Drain
+from gateway.keystore import KeyStore
 from gateway.proxy import Proxy
 from gateway.settings import Settings
 from gateway.telemetry.hub import Telemetry
 from scheduler.backends.registry import BackendRegistry
 from scheduler.queue.dispatcher import Dispatcher
+from scheduler.quota import Quotas
 
 
 @dataclass(slots=True)
@@ -24,6 +27,9 @@ class Gateway:
     auth: Authenticator
     proxy: Proxy
     telemetry: Telemetry
+    drain: Drain
+    keys: KeyStore
+    quotas: Quotas
 
     async def redis_ok(self) -> bool:
         try:

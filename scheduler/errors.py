@@ -3,9 +3,10 @@
     SchedulerError
      ├── Rejected            refused before it was queued (nothing to undo)
      │    ├── QueueFull      the pool's or the tenant's queue is at its bound -> 429
-     │    ├── NoBackend      no backend serves the model -> 404
-     │    └── Unserviceable  every backend of the model is down, or cooling past the
-     │                       request's deadline -> 503 no_backend, with Retry-After
+     │    ├── QuotaExceeded  a tenant's or key's rate, token or concurrency limit -> 429
+     │    └── NoBackend      no backend serves the model -> 404
+     │         └── BackendsDown  every backend of the model is down -> 503
+     ├── Draining            this replica shuts down: its queued tickets are handed back -> 503
      ├── Evicted             taken out of the queue after it was admitted
      │    ├── DeadlineExceeded  waited longer than its deadline -> 504
      │    └── Shed           pushed out for more urgent work -> 429
@@ -35,14 +36,36 @@ class QueueFull(Rejected):
         self.retry_after_s = retry_after_s
 
 
+class QuotaExceeded(Rejected):
+    outcome: Outcome = Outcome.QUOTA
+
+    def __init__(
+        self, message: str, retry_after_s: float | None, headers: dict[str, str] | None = None, limit: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s  # None: no wait helps (the request exceeds the limit itself)
+        self.headers = headers or {}  # x-ratelimit-*
+        self.limit = limit  # requests | tokens | concurrent
+
+
 class NoBackend(Rejected):
     outcome: Outcome = Outcome.NO_BACKEND
 
 
-class Unserviceable(Rejected):
-    outcome: Outcome = Outcome.NO_BACKEND
+class BackendsDown(NoBackend):
+    outcome: Outcome = Outcome.BACKENDS_DOWN
 
-    def __init__(self, message: str, retry_after_s: float) -> None:
+    def __init__(self, message: str, retry_after_s: float = 5.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Draining(SchedulerError):
+    """The replica holding the request shuts down; another replica can take it at once."""
+
+    outcome: Outcome = Outcome.DRAINING
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 

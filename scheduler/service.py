@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backends.registry import BackendConfig, BackendRegistry
-from scheduler.errors import DeadlineExceeded, NoBackend, SchedulerError, Unserviceable
+from scheduler.errors import BackendsDown, DeadlineExceeded, NoBackend, SchedulerError
 from scheduler.policy.classify import Classifier
 from scheduler.policy.order import engine_priority, requeue_order, retry_order
 from scheduler.queue.dispatcher import Dispatcher, Watch
@@ -56,7 +56,7 @@ class Route:
 class Scheduler:
     def __init__(
         self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, open_tier: str,
-        preempt: bool = False, quantum_tokens: int = 64, no_backend_grace_s: float = 10.0,
+        preempt: bool = False, quantum_tokens: int = 64, no_backend_grace_s: float = 0.0,
     ) -> None:
         self.dispatcher = dispatcher
         self.registry = registry
@@ -122,7 +122,7 @@ class Scheduler:
 
     # -- the backend -------------------------------------------------------------------
     def route(self, adm: Admission, grant: Grant) -> Route:
-        backend = self.registry.backends[grant.backend].config
+        backend = self.registry.config_of(grant.backend)
         return Route(backend, engine_priority(adm.ticket) if backend.engine_priority else None)
 
     def retry(self, adm: Admission, failed: str) -> Admission | None:
@@ -133,26 +133,24 @@ class Scheduler:
         return dataclasses.replace(adm, ticket=retry_order(adm.ticket, failed))
 
     async def back_off(self, adm: Admission, backend: str, cool_s: float, age_s: float, left_s: float | None,
-                       attempt: int) -> Admission:
+                       attempt: int) -> Admission | None:
         """``backend`` refused the call as overloaded: it gets no grants for ``cool_s``,
         and the request is queued again at the front with its arrival (``age_s`` ago)
-        and ``left_s`` of its deadline (None: no deadline). Raises ``Unserviceable`` when
-        no backend of the model can take it before that deadline."""
+        and ``left_s`` of its deadline (None: no deadline). None when no backend of the
+        model can take it before that deadline (``ready_in`` says when one can)."""
         await self.registry.cool_down(backend, cool_s)
         ready_in = self.registry.ready_in(adm.inp.model)
         if ready_in is None or (left_s is not None and ready_in >= left_s):
-            wait = ready_in if ready_in is not None else self.registry.probe_interval_s
-            raise Unserviceable("No backend of the model can take the request before its deadline.", wait)
+            return None
         ticket = requeue_order(adm.ticket, attempt, age_s, left_s or 0.0)
         return dataclasses.replace(adm, ticket=ticket)
 
-    def _all_down(self, model: str) -> Unserviceable:
-        return Unserviceable(f"Every backend of the model '{model}' is down; try again later.",
-                             retry_after_s=self.registry.probe_interval_s)
+    def _all_down(self, model: str) -> BackendsDown:
+        return BackendsDown(f"Every backend serving the model '{model}' is down; retry shortly.")
 
     def explain(self, adm: Admission, exc: SchedulerError) -> SchedulerError:
         """Why a wait ended: past its deadline while every backend of the model is down
-        (the grace ran out) is ``Unserviceable`` (503 no_backend), not a queue timeout."""
+        (the grace ran out) is ``BackendsDown`` (503 backends_down), not a queue timeout."""
         if isinstance(exc, DeadlineExceeded) and self.registry.down_for(adm.inp.model) is not None:
             return self._all_down(adm.inp.model)
         return exc

@@ -229,11 +229,14 @@ class Outcome(enum.StrEnum):
     ERROR = "error"
     REJECTED = "rejected"
     QUEUE_FULL = "queue_full"
+    QUOTA = "quota"  # over a tenant's or a key's limit
     NO_BACKEND = "no_backend"
     EVICTED = "evicted"
     DEADLINE = "deadline"
     SHED = "shed"
     UNAVAILABLE = "unavailable"
+    BACKENDS_DOWN = "backends_down"  # every backend of the model is down
+    DRAINING = "draining"  # handed back by a replica that shuts down
     # the request's end (triage.requests): ok, error, rejected or client_gone, and
     # the error types a stream or the server itself can end with
     OK = "ok"

@@ -16,9 +16,14 @@ from gateway.settings import ConfigError, load_settings
 
 
 def serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gateway.reload import ConfigSource
     from gateway.serve import run
 
-    run(load_settings(args.config, host=args.host, port=args.port, policy=args.policy))
+    flags = {"host": args.host, "port": args.port, "policy": args.policy}
+    path = Path(args.config) if args.config else None
+    run(load_settings(path, **flags), ConfigSource(path, flags))  # the source: reloaded on SIGHUP
     return 0
 
 

@@ -30,9 +30,11 @@ from starlette.datastructures import Headers
 
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.accuracy import RankAccuracy
+from gateway.telemetry.cluster import ClusterStats
 from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.otlp import OtlpMetrics
 from gateway.telemetry.prometheus import render
+from gateway.telemetry.request_log import RequestLog
 from gateway.telemetry.stats import WindowStats
 from gateway.telemetry.tracing import Recorder, RequestTrace
 from scheduler.backends.registry import BackendConfig, BackendRegistry
@@ -82,6 +84,8 @@ class Telemetry:
         capture_content: bool = False,
         tracer_provider: trace.TracerProvider | None = None,
         instance_id: str = "",
+        request_log: bool = False,
+        stats_publish_s: float = 2.0,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -99,6 +103,7 @@ class Telemetry:
         self.depth = QueueDepth(redis, key_prefix, {b.config.pool for b in registry.backends.values()})
         self.accuracy = RankAccuracy()
         self.stats = WindowStats(classes=("short", "medium", "long"))
+        self.cluster = ClusterStats(redis, key_prefix, instance_id, self.stats, stats_publish_s)
         self.instruments = Instruments(registry, self.depth, self.accuracy)
         self._otlp: OtlpMetrics | None = None
         if config.export_metrics:
@@ -110,7 +115,7 @@ class Telemetry:
         self._addresses: dict[str, tuple[str, int]] = {}
         self.recorder = Recorder(
             self.tracer, self.propagator, self.instruments, self.stats, self.accuracy, self.address, policy,
-            capture_content,
+            capture_content, RequestLog() if request_log else None,
         )
 
     def begin(self, headers: Headers, operation: str, route: str) -> RequestTrace:
@@ -132,11 +137,13 @@ class Telemetry:
         return render(self.instruments.registry)
 
     async def start(self, depth_interval_s: float) -> None:
+        await self.cluster.start()
         if self._otlp is not None:  # scrapes refresh the depth themselves; OTLP needs a timer
             await self.depth.start(depth_interval_s)
             await self._otlp.start()
 
     async def stop(self) -> None:
+        await self.cluster.stop()
         await self.depth.stop()
         if self._otlp is not None:
             await self._otlp.stop()

@@ -7,7 +7,9 @@ process would share, no package).
 
 Names follow the OpenTelemetry-to-Prometheus mapping: dots become underscores, the
 unit becomes a suffix (``s`` -> ``_seconds``; annotations such as ``{token}`` and
-the unit ``1`` add nothing), counters end in ``_total``; attribute keys become
+the unit ``1`` add nothing), counters end in ``_total`` — in the ``# HELP`` and
+``# TYPE`` lines as in the samples, so a parser (``promtool check metrics``) finds
+the help text of every sample; attribute keys become
 labels the same way (``gen_ai.request.model`` -> ``gen_ai_request_model``). Labels
 with an empty value are left out, as Prometheus treats them.
 """
@@ -51,13 +53,15 @@ def _number(value: float) -> str:
 
 def _family(inst: Instrument, out: list[str]) -> None:
     name = prom_name(inst.name, inst.unit)
+    if isinstance(inst, Counter) and not name.endswith("_total"):
+        name = f"{name}_total"  # the family and its samples share the name
     names = tuple(_INVALID.sub("_", label) for label in inst.labels)
     kind = "counter" if isinstance(inst, Counter) else "histogram" if isinstance(inst, Histogram) else "gauge"
     out.append(f"# HELP {name} {_escape(inst.description)}")
     out.append(f"# TYPE {name} {kind}")
     if isinstance(inst, Counter):
         for key, value in inst.series.items():
-            out.append(f"{name}_total{_labels(names, key)} {_number(value)}")
+            out.append(f"{name}{_labels(names, key)} {_number(value)}")
     elif isinstance(inst, Histogram):
         bounds = [_number(b) if b >= 1 else repr(b) for b in inst.bounds]
         for key, state in inst.series.items():

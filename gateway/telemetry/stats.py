@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -47,6 +48,28 @@ def percentile(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def summarize(w: dict[str, Any], window_s: int) -> dict[str, float | int | None]:
+    """One class's window (``WindowStats.window``, or several summed) as the dashboard reads it."""
+    requests, tokens = w["requests"], w["output_tokens"]
+    ttft, tpot, waits = w["ttft"], w["tpot"], w["queue"]
+    return {
+        "requests": requests,
+        "errors": w["errors"],
+        "rejections": w["rejections"],
+        "output_tokens": tokens,
+        "rps": requests / window_s,
+        "output_tps": tokens / window_s,
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p90_s": percentile(ttft, 90),
+        "ttft_p99_s": percentile(ttft, 99),
+        "tpot_p50_s": percentile(tpot, 50),
+        "tpot_p99_s": percentile(tpot, 99),
+        "queue_wait_p99_s": percentile(waits, 99),
+        "pauses_per_request": w["pauses"] / requests if requests else 0.0,
+        "samples": w["samples"],
+    }
 
 
 class WindowStats:
@@ -89,37 +112,32 @@ class WindowStats:
     def rejected(self, cls: str) -> None:
         self._slot(cls, self._clock()).rejections += 1
 
-    def snapshot(self) -> dict[str, dict[str, float | int | None]]:
-        """``{class: {rps, output_tps, ttft_p50_s, ..., rejections}}`` over the window."""
+    def window(self) -> dict[str, dict[str, Any]]:
+        """Per class over the window: the counts and the latency samples themselves, which
+        add up across replicas (``cluster.py`` sums them; percentiles do not add)."""
         now = self._clock()
         oldest = int(now) - self.window_s + 1
         since = now - self.window_s
-        out: dict[str, dict[str, float | int | None]] = {}
+        out: dict[str, dict[str, Any]] = {}
         for cls, entry in sorted(self._classes.items()):
             live = [s for s in entry.slots if s.second >= oldest]
-            requests = sum(s.requests for s in live)
-            tokens = sum(s.output_tokens for s in live)
             samples = [s for s in entry.samples if s.at >= since]
-            ttft = [s.ttft_s for s in samples if s.ttft_s is not None]
-            tpot = [s.tpot_s for s in samples if s.tpot_s is not None]
-            waits = [s.queue_s for s in samples if s.queue_s is not None]
             out[cls] = {
-                "requests": requests,
+                "requests": sum(s.requests for s in live),
                 "errors": sum(s.errors for s in live),
                 "rejections": sum(s.rejections for s in live),
-                "output_tokens": tokens,
-                "rps": requests / self.window_s,
-                "output_tps": tokens / self.window_s,
-                "ttft_p50_s": percentile(ttft, 50),
-                "ttft_p90_s": percentile(ttft, 90),
-                "ttft_p99_s": percentile(ttft, 99),
-                "tpot_p50_s": percentile(tpot, 50),
-                "tpot_p99_s": percentile(tpot, 99),
-                "queue_wait_p99_s": percentile(waits, 99),
-                "pauses_per_request": sum(s.pauses for s in live) / requests if requests else 0.0,
+                "output_tokens": sum(s.output_tokens for s in live),
+                "pauses": sum(s.pauses for s in live),
+                "ttft": [s.ttft_s for s in samples if s.ttft_s is not None],
+                "tpot": [s.tpot_s for s in samples if s.tpot_s is not None],
+                "queue": [s.queue_s for s in samples if s.queue_s is not None],
                 "samples": len(samples),
             }
         return out
+
+    def snapshot(self) -> dict[str, dict[str, float | int | None]]:
+        """``{class: {rps, output_tps, ttft_p50_s, ..., rejections}}`` over the window."""
+        return {cls: summarize(w, self.window_s) for cls, w in self.window().items()}
 
     def timeline(self) -> list[dict[str, int]]:
         """Per second of the window, oldest first: requests and output tokens, all classes."""

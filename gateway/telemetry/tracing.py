@@ -36,6 +36,7 @@ from gateway.schemas import InferenceRequest
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.accuracy import RankAccuracy, ratio
 from gateway.telemetry.metrics import Instruments
+from gateway.telemetry.request_log import RequestLine, RequestLog
 from gateway.telemetry.stats import WindowStats
 from scheduler.backends.registry import BackendConfig
 from scheduler.types import Grant, Outcome, Placement, PredictionSource, Ticket
@@ -94,6 +95,7 @@ class Recorder:
     address: Callable[[BackendConfig], tuple[str, int]]  # server.address and server.port
     policy: str  # the queue policy's name, a span attribute
     capture_content: bool = False  # record prompts and completions in spans
+    request_log: RequestLog | None = None  # one JSON line per request (opt-in)
 
 
 @dataclass(slots=True)
@@ -126,6 +128,13 @@ class RequestTrace:
         self._tokens: int | None = None
         self.pauses = 0
         self._ended = False
+        self.tenant = self.key_id = ""  # who sent it, once authenticated (the request log)
+        self.request_id = ""
+        self._input_tokens: int | None = None
+
+    def principal(self, request_id: str, tenant: str, key_id: str) -> None:
+        """Who sent the request (the request log's tenant and key id)."""
+        self.request_id, self.tenant, self.key_id = request_id, tenant, key_id
 
     def client_request_id(self, value: str | None) -> None:
         """The client's own x-request-id, when it sent a valid one."""
@@ -251,6 +260,7 @@ class RequestTrace:
         if tokens is None or not ok:
             return
         self._tokens = tokens
+        self._input_tokens = reply.tokens("prompt_tokens")
         key = self.key
         ins.output_tokens.add(tokens, key)
         ins.token_usage.record(tokens, (*key, "output"))
@@ -300,6 +310,8 @@ class RequestTrace:
             self._t.stats.completed(
                 self.cls, result is Outcome.OK, self._tokens, self._ttft_s, self._tpot_s, self.queue_s, self.pauses
             )
+        if self._t.request_log is not None:
+            self._log_line(status, result, error, duration)
         if self.span.is_recording():
             self.span.set_attribute(sc.HTTP_STATUS, status)
             if result is not Outcome.OK:
@@ -307,3 +319,15 @@ class RequestTrace:
             if result in (Outcome.ERROR, Outcome.REJECTED) or status >= 500:
                 self.span.set_status(Status(StatusCode.ERROR, error_type))
         self.span.end()
+
+    def _log_line(self, status: int, result: Outcome, error: str | None, duration: float) -> None:
+        assert self._t.request_log is not None
+        refused = self._outcome not in (None, Outcome.ADMITTED, Outcome.CANCELLED)
+        outcome = str(self._outcome) if refused else (error if result is not Outcome.OK and error else str(result))
+        self._t.request_log.write(RequestLine(
+            request_id=self.request_id, tenant=self.tenant, key_id=self.key_id, model=self.model,
+            cls=self.cls or "", tier=self._tier, backend=self.backend,
+            predicted_tokens=int(self._predicted[0]) if self._predicted else None,
+            input_tokens=self._input_tokens, output_tokens=self._tokens, queue_wait_s=self.queue_s,
+            ttft_s=self._ttft_s, duration_s=duration, pauses=self.pauses, outcome=outcome, status=status,
+        ))

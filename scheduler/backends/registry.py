@@ -132,14 +132,63 @@ class BackendRegistry:
         for pool in {c.pool for c in configs}:
             size = sum(1 for c in configs if c.pool == pool)
             self.reservations[pool] = Reservation(reservation or ReservationParams(), size)
+        self._reservation_params = reservation or ReservationParams()
+        self._breaker = (fail_threshold, recover_successes)
         self.backends: dict[str, BackendState] = {}
         for c in configs:
-            params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
-            self.backends[c.name] = BackendState(
-                c, AdaptiveLimit(params), self.reservations[c.pool],
-                Breaker(fail_threshold, recover_successes), set(c.models or ()),
-            )
+            self.backends[c.name] = self._state(c)
+        self.retired: dict[str, BackendConfig] = {}  # removed by a reload; requests on them finish
         self._task: asyncio.Task[None] | None = None
+
+    def _state(self, c: BackendConfig) -> BackendState:
+        params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
+        return BackendState(
+            c, AdaptiveLimit(params), self.reservations[c.pool], Breaker(*self._breaker), set(c.models or ()),
+        )
+
+    def config_of(self, name: str) -> BackendConfig:
+        """A backend's config, also of one a reload removed while a request still ran on it."""
+        state = self.backends.get(name)
+        return state.config if state is not None else self.retired[name]
+
+    async def reconcile(self, configs: Iterable[BackendConfig]) -> list[str]:
+        """Make the backends those of a reloaded config; returns what changed, in words.
+
+        A removed backend is published as down (no new grants; running requests finish on
+        it); a new one is probed at once; a changed one keeps its health and statistics and
+        takes the new settings (a new limit starts from the new ``max_concurrency``)."""
+        wanted = {c.name: c for c in configs}
+        changes: list[str] = []
+        for name in [n for n in self.backends if n not in wanted]:
+            state = self.backends.pop(name)
+            self.retired[name] = state.config
+            gone = BackendRecord(name=name, limit=0, down=True, models=(), weight=state.config.weight)
+            try:
+                await self._dispatcher.publish_backend(state.config.pool, gone)
+            except RedisError as exc:
+                log.warning("could not retire backend %s: %s", name, exc)
+            changes.append(f"removed backend {name}")
+        for name, c in wanted.items():
+            old = self.backends.get(name)
+            if old is not None and old.config == c:
+                continue
+            if c.pool not in self.reservations:
+                self.reservations[c.pool] = Reservation(self._reservation_params, 1)
+                self._dispatcher.add_pool(c.pool)
+            if old is None:
+                state = self._state(c)
+                changes.append(f"added backend {name}")
+            else:
+                state = self._state(c)
+                state.breaker, state.errors_total, state.speed = old.breaker, old.errors_total, old.speed
+                state.ttft, state.tpot, state.has_metrics = old.ttft, old.tpot, old.has_metrics
+                if c.models is None:
+                    state.models = old.models
+                changes.append(f"changed backend {name}")
+            self.retired.pop(name, None)
+            self.backends[name] = state
+            await self._probe(state)
+        return changes
 
     @property
     def probe_interval_s(self) -> float:
@@ -169,9 +218,10 @@ class BackendRegistry:
         """How long has every backend of this model been down (circuit open)? None while
         one is not."""
         serving = [b for b in self.backends.values() if model in b.models]
-        if not serving or any(b.healthy or b.down_since is None for b in serving):
+        if not serving or any(b.healthy for b in serving):
             return None
-        return time.monotonic() - max(b.down_since for b in serving if b.down_since is not None)
+        now = time.monotonic()
+        return now - max(now if b.down_since is None else b.down_since for b in serving)
 
     async def cool_down(self, name: str, seconds: float) -> None:
         """The backend answered that it is overloaded: no grants for ``seconds`` (it is
@@ -196,6 +246,14 @@ class BackendRegistry:
 
         backend._cool_timer = loop.call_later(seconds, over)
         await self.publish(backend)
+
+    def serves(self, model: str) -> bool:
+        """Is a healthy backend serving this model?"""
+        return any(b.healthy and model in b.models for b in self.backends.values())
+
+    def down(self) -> list[str]:
+        """The backends that are down now, by name."""
+        return [b.name for b in self.backends.values() if not b.healthy]
 
     def any_healthy(self) -> bool:
         return any(b.healthy for b in self.backends.values())

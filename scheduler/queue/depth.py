@@ -31,11 +31,17 @@ Depth = dict[tuple[str, str, str], int]  # (pool, class, tier) -> queued tickets
 class QueueDepth:
     def __init__(self, redis: Redis, prefix: str, pools: Iterable[str], max_scan: int = 10_000) -> None:
         self._redis = redis
+        self._prefix = prefix
         self._keys = [PoolKeys(prefix, p) for p in sorted(pools)]
         self._max_scan = max_scan
         self.snapshot: Depth = {}
         self.totals: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
+
+    def add_pool(self, pool: str) -> None:
+        """A pool a reloaded config named."""
+        if all(k.pool != pool for k in self._keys):
+            self._keys.append(PoolKeys(self._prefix, pool))
 
     async def refresh(self) -> Depth:
         depth: Depth = {}

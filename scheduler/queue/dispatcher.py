@@ -119,8 +119,34 @@ class Dispatcher:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops.clear()
+        for pool, held in self._held.items():  # leases nothing released (a stream cut at exit)
+            for lease in list(held):
+                held.pop(lease, None)
+                self._spawn(self._release(pool, lease))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
+
+    async def hand_back(self, error: Callable[[], Exception]) -> int:
+        """Withdraw every ticket this replica still has queued and fail its request with
+        ``error()`` (the replica drains: its clients retry on another). A ticket granted
+        meanwhile keeps its grant and runs. Returns how many were handed back."""
+        handed = 0
+        for ticket, waiter in list(self._waiters.items()):
+            if waiter.future.done():
+                continue
+            if await self._withdraw(ticket, waiter.pool) and not waiter.future.done():
+                waiter.future.set_exception(error())
+                handed += 1
+        return handed
+    def add_pool(self, pool: str) -> None:
+        """A pool named by a reloaded config: its keys, its inbox task, its heartbeat."""
+        if pool in self._keys:
+            return
+        self._keys[pool] = PoolKeys(self._prefix, pool)
+        self._held[pool], self.quiet[pool], self._unreleased[pool] = {}, False, set()
+        self._drain[pool] = DrainRate()
+        if self._loops:  # started: listen at once
+            self._loops.append(asyncio.create_task(self._listen_inbox(pool), name=f"inbox-{pool}"))
 
     @property
     def queued_here(self) -> int:
@@ -341,7 +367,7 @@ class Dispatcher:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            for pool in self._keys:
+            for pool in list(self._keys):  # a reload may add a pool meanwhile
                 try:
                     await self.heartbeat(pool)
                 except RedisError as exc:

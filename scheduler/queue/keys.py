@@ -35,9 +35,24 @@ key                                    type    meaning                          
 ``triage:predictor:<name>``            hash    shared weights of the online length predictor     predictor
 =====================================  ======  ================================================  =========
 
+Keys outside any pool (``Q`` is ``<prefix>:{quota:<tenant>}``: a tenant's keys share one slot):
+
+=====================================  ======  ================================================  =========
+``Q:tenant:bucket``                    hash    r, t: requests, tokens held; ra, ta: when         quota.lua
+``Q:tenant:running``                   zset    request id -> expiry (renewed while it runs)      quota.lua
+``Q:key:<id>:bucket``                  hash    the same, for one key of the tenant               quota.lua
+``Q:key:<id>:running``                 zset    the same, for one key of the tenant               quota.lua
+``<prefix>:{keys}:hash``               hash    SHA-256 of a key -> packed key record (no key)    keys.lua
+``<prefix>:{keys}:ids``                hash    key id -> SHA-256                                 keys.lua
+``<prefix>:{keys}:version``            string  bumped on every change; replicas reload on it     keys.lua
+``<prefix>:{stats}:replicas``          zset    replica id -> expiry of its published window      stats.lua
+``<prefix>:{stats}:replica:<id>``      string  one replica's stats window (JSON, PX TTL)         stats.lua
+=====================================  ======  ================================================  =========
+
 ``P`` stands for ``<prefix>:{<pool>}``. Nothing here but ``P:quiet`` expires by TTL: leases and
 owners expire by score, swept inside the dispatch script, so the sweep is atomic
-with the accounting it fixes.
+with the accounting it fixes. (Outside pools, quota buckets and running sets, and the
+published stats windows, expire by TTL when idle.)
 """
 
 from __future__ import annotations
@@ -118,3 +133,69 @@ NAMED = ("serves", "owned", "inbox")
 def predictor_key(name: str = "default", prefix: str = DEFAULT_PREFIX) -> str:
     """Hash of the online length predictor's shared state (weights and counts)."""
     return f"{prefix}:predictor:{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaKeys:
+    """The keys of one tenant's quotas, and of one key of that tenant (same slot)."""
+
+    prefix: str
+    tenant: str
+    key_id: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{quota:{self.tenant}}}"
+
+    @property
+    def tenant_bucket(self) -> str:
+        return f"{self.base}:tenant:bucket"
+
+    @property
+    def tenant_running(self) -> str:
+        return f"{self.base}:tenant:running"
+
+    @property
+    def key_bucket(self) -> str:
+        return f"{self.base}:key:{self.key_id}:bucket"
+
+    @property
+    def key_running(self) -> str:
+        return f"{self.base}:key:{self.key_id}:running"
+
+    def all(self) -> list[str]:
+        """In the order ``quota.lua`` takes them: per scope (tenant, key), bucket then running."""
+        return [self.tenant_bucket, self.tenant_running, self.key_bucket, self.key_running]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyKeys:
+    """Keys created through the admin API (only their SHA-256 is stored)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def by_hash(self) -> str:
+        return f"{self.prefix}:{{keys}}:hash"
+
+    @property
+    def ids(self) -> str:
+        return f"{self.prefix}:{{keys}}:ids"
+
+    @property
+    def version(self) -> str:
+        return f"{self.prefix}:{{keys}}:version"
+
+
+@dataclass(frozen=True, slots=True)
+class StatsKeys:
+    """Each replica's published stats window, for the cluster-wide view."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def replicas(self) -> str:
+        return f"{self.prefix}:{{stats}}:replicas"
+
+    def replica(self, owner: str) -> str:
+        return f"{self.prefix}:{{stats}}:replica:{owner}"

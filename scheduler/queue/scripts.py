@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from scheduler.queue.keys import PoolKeys
+from scheduler.queue.keys import ApiKeyKeys, PoolKeys, QuotaKeys, StatsKeys
 from scheduler.queue.records import parse_message
 from scheduler.types import BackendRecord, Message, Ticket
 
@@ -111,3 +111,88 @@ class Scripts:
         ]
         raw = await self._backend(keys=[keys.base], args=args)
         return [parse_message(m) for m in raw]
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeState:
+    """One quota scope after an admission check (the ``x-ratelimit-*`` numbers)."""
+
+    requests_limit: int  # 0: off
+    requests_remaining: int
+    requests_reset_s: float  # until the bucket is empty again
+    tokens_limit: int
+    tokens_remaining: int
+    tokens_reset_s: float
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaResult:
+    allowed: int  # 1 admitted (and charged), 0 over a limit now, -1 larger than a limit ever allows
+    failed_scope: int  # 1 tenant, 2 key, 0 none
+    failed_limit: str  # requests | tokens | concurrent | ""
+    retry_after_s: float
+    scopes: tuple[ScopeState, ScopeState]  # tenant, key
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeLimits:
+    """What ``quota.lua`` is told of one scope; 0 is off."""
+
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    concurrent: int = 0
+
+
+class QuotaScripts:
+    """``quota.lua`` (admit), ``quota_settle.lua`` (end) and ``quota_renew.lua`` (still running)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._admit = redis.register_script(_source("quota.lua"))
+        self._settle = redis.register_script(_source("quota_settle.lua"))
+        self._renew = redis.register_script(_source("quota_renew.lua"))
+
+    async def admit(
+        self, keys: QuotaKeys, request_id: str, tokens: int, hold_s: float, tenant: ScopeLimits, key: ScopeLimits
+    ) -> QuotaResult:
+        args: list[Any] = [request_id, tokens, hold_s]
+        for s in (tenant, key):
+            args += [s.requests_per_minute, s.tokens_per_minute, s.concurrent]
+        raw = await self._admit(keys=keys.all(), args=args)
+        which = raw[2].decode() if isinstance(raw[2], bytes) else str(raw[2])
+        states = []
+        for i in (4, 11):
+            v = [int(x) for x in raw[i : i + 7]]
+            states.append(ScopeState(v[0], v[1], v[2] / 1000, v[3], v[4], v[5] / 1000, v[6]))
+        return QuotaResult(int(raw[0]), int(raw[1]), which, int(raw[3]) / 1000, (states[0], states[1]))
+
+    async def settle(self, keys: QuotaKeys, request_id: str, delta_tokens: int, tenant_tpm: int, key_tpm: int) -> bool:
+        return bool(await self._settle(keys=keys.all(), args=[request_id, delta_tokens, tenant_tpm, key_tpm]))
+
+    async def renew(self, running_keys: list[str], hold_s: float, request_ids: Iterable[str]) -> None:
+        await self._renew(keys=running_keys, args=[hold_s, *request_ids])
+
+
+class KeyScripts:
+    """``keys.lua``: create and revoke admin-API keys; every change bumps the version."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._keys = redis.register_script(_source("keys.lua"))
+
+    async def create(self, keys: ApiKeyKeys, key_id: str, sha256: str, record: str) -> int:
+        """Returns the new version, or 0 if the id or the hash exists already."""
+        return int(await self._keys(keys=[keys.by_hash, keys.ids, keys.version], args=["create", key_id, sha256, record]))
+
+    async def revoke(self, keys: ApiKeyKeys, key_id: str) -> int:
+        """Returns the new version, or 0 if there is no such id."""
+        return int(await self._keys(keys=[keys.by_hash, keys.ids, keys.version], args=["revoke", key_id]))
+
+
+class StatsScripts:
+    """``stats.lua``: publish one replica's window and list it, expiring both together."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._publish = redis.register_script(_source("stats.lua"))
+
+    async def publish(self, keys: StatsKeys, owner: str, window: bytes, ttl_s: float) -> None:
+        await self._publish(keys=[keys.replicas, keys.replica(owner)], args=[owner, window, ttl_s])

@@ -92,7 +92,7 @@ async def test_health_and_ready(gateway: str) -> None:
         assert (await http.get(f"{gateway}/health")).status_code == 200
         ready = await http.get(f"{gateway}/ready")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "redis": True, "backends": True}
+    assert ready.json() == {"ready": True, "redis": True, "backends": True, "draining": False, "backends_down": []}
 
 
 @pytest.mark.parametrize(

@@ -56,3 +56,28 @@ async def _ready(page: object) -> bool:
     # the page counts its successful refreshes; before it loads, there is no body or no count
     expression = "document.body ? Number(document.body.dataset.ready || 0) : 0"
     return await page.evaluate(expression) >= 1  # type: ignore[attr-defined]
+
+
+async def test_dashboard_sums_the_cluster_and_names_its_replicas(observed: Callable[..., str], chromium: str) -> None:
+    a, b = observed(stats_publish_s=0.2), observed(stats_publish_s=0.2)
+    async with httpx.AsyncClient(timeout=120) as client:
+        for base in (a, a, b):
+            await stream_chat(client, base, 3)
+    ids = sorted([(await get_json(a, "/admin/stats"))["replica"], (await get_json(b, "/admin/stats"))["replica"]])
+
+    async def both() -> bool:  # b's window has been published since its request ended
+        view = await get_json(a, "/admin/stats?scope=cluster")
+        return view["replicas"] == ids and view["classes"]["short"]["requests"] == 3
+
+    await eventually(both)
+    async with open_page(chromium, f"{a}/dashboard?scope=cluster") as page:
+        await eventually(lambda: _ready(page), 30)
+        summing = await page.evaluate("document.getElementById('summing').dataset.replicas")
+        title = await page.evaluate("document.getElementById('classesTitle').textContent")
+        requests = await page.evaluate(
+            "document.querySelector('td[data-class=short][data-metric=rps]').dataset.value"
+        )
+        assert not page.errors, page.errors
+    assert summing == ",".join(ids)
+    assert "all replicas" in title
+    assert float(requests) == pytest.approx(3 / 60)

@@ -35,7 +35,7 @@ def test_compose_services_and_profiles() -> None:
     ]
     assert services["loadtest"]["profiles"] == ["loadtest"]
     assert " ".join(services["loadtest"]["command"]) == (
-        "triage loadtest --target http://lb:8000 --workload mixed --duration 120"
+        "triage loadtest --url http://lb:8000 --workload mixed --duration 120 --out /tmp/loadtest-out"
     )
     for gpu in ("vllm-1", "vllm-2"):
         assert services[gpu]["profiles"] == ["gpu"] and services[gpu]["image"].startswith("vllm/vllm-openai")
@@ -55,9 +55,9 @@ def test_every_file_compose_names_exists() -> None:
             if source.startswith("."):
                 assert (ROOT / source).exists(), f"{name}: {source}"
         if "build" in service:
-            assert (ROOT / service["build"] / "Dockerfile").is_file()
+            assert (ROOT / service["build"]["context"] / "Dockerfile").is_file()
     for line in (ROOT / "Dockerfile").read_text().splitlines():
-        if line.startswith("COPY "):
+        if line.startswith("COPY ") and "--from=" not in line:
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), source
     gateway_config = yaml.safe_load((ROOT / "deploy/gateway/triage.yaml").read_text())
@@ -76,6 +76,7 @@ def test_collector_prometheus_and_grafana_configs_parse() -> None:
 
     prometheus = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    assert prometheus["rule_files"] == ["alerts.yml"]
     assert jobs["gateway"]["dns_sd_configs"][0]["names"] == ["gateway"]
     assert jobs["backends"]["static_configs"][0]["targets"] == ["backend-1:9001", "backend-2:9001"]
     assert jobs["otel-collector"]["static_configs"][0]["targets"] == [f"otel-collector:{exported_at}"]

@@ -1,4 +1,4 @@
-"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead``,
+"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis``,
 ``predictor eval``, ``predictor finetune``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the
@@ -61,6 +61,12 @@ def bench_overhead(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def bench_redis(args: argparse.Namespace) -> int:
+    from loadtests.redisbench import run
+
+    return run(args)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The flags of the load tools are added only when ``command`` needs them: their
     imports (plotting, progress bars) would slow every ``triage serve``."""
@@ -100,6 +106,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if load_tools:
         add_overhead_arguments(b)
     b.set_defaults(func=bench_overhead)
+    b = bsub.add_parser("redis", help="scheduled requests/s one Redis core sustains, of the scripts alone")
+    if load_tools:
+        from loadtests.redisbench import add_arguments as add_redis_arguments
+
+        add_redis_arguments(b)
+    b.set_defaults(func=bench_redis)
 
     p = sub.add_parser("predictor", help="the output-length predictor")
     psub = p.add_subparsers(dest="action", required=True)

@@ -11,8 +11,8 @@ table-tested and held equal to the Lua (``tests/scheduler/policy/test_preemption
 
 The rule, for a ticket that found no free slot on any backend serving its model:
 
-- it may pause only leases on backends that serve its model, are up, are not the one
-  it avoids, and can resume (``resume`` is set for the backend);
+- it may pause only leases on backends that serve its model, its owner registered, are
+  up, are not the one it avoids, and can resume (``resume`` is set for the backend);
 - only leases whose owner reported them preemptible (streamed, ``n`` = 1, no tool call
   so far) and that have produced more than ``quantum_tokens`` output tokens, paused
   fewer than ``max_pauses`` times;

@@ -4,8 +4,8 @@ The rule runs inside ``lua/_dispatch.lua`` (``pick_backend``), atomically with t
 grant; this is its Python twin, to read, to table-test and to reason with. A test
 holds the two equal on random pool states (``tests/scheduler/policy/test_routing.py``).
 
-Among the backends that serve the ticket's model, are up, have a free slot and are
-not the one it must avoid, pick the one that would finish its outstanding work
+Among the backends that serve the ticket's model, that its owner replica registered
+(it can call them), are up, have a free slot and are not the one it must avoid, pick the one that would finish its outstanding work
 soonest: ``(work + predicted) / rate``, where work is the predicted tokens of the
 leases it holds and rate is its measured decode speed times its routing weight;
 ties go to the backend with fewer requests in flight. Restricted work (long class,
@@ -43,7 +43,8 @@ def pick_backend(
 ) -> Pick:
     """Which backend with a free slot should take this ticket, and is the slot borrowed?
 
-    ``serving``: the backends that serve its model; ``states``: those with a free slot.
+    ``serving``: the backends that serve its model and its owner registered; ``states``:
+    those with a free slot.
     Among equals (same load, same busy count) the first in ``serving`` order wins.
     """
     best: tuple[float, int] | None = None

@@ -27,6 +27,7 @@ from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, 
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import pack_lease, parse_message
 from scheduler.queue.scripts import Scripts
+from scheduler.queue.state import backend_states
 from scheduler.types import BackendRecord, Grant, Lease, Message, MessageKind, Ticket
 
 log = logging.getLogger("triage.dispatcher")
@@ -66,10 +67,6 @@ class _Waiter:
     pool: str
     future: asyncio.Future[Grant]
     started: float
-
-
-def _ints(raw: dict[bytes, bytes]) -> dict[str, int]:
-    return {k.decode(): int(float(v)) for k, v in raw.items()}
 
 
 def _eviction(reason: str) -> Exception:
@@ -251,12 +248,8 @@ class Dispatcher:
 
     async def occupancy(self, pool: str) -> tuple[dict[str, int], dict[str, int]]:
         """Leases held per backend, and how many of them are borrowed, by all replicas."""
-        keys = self._keys[pool]
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.busy)
-            pipe.hgetall(keys.borrowed)
-            busy, borrowed = await pipe.execute()
-        return _ints(busy), _ints(borrowed)
+        states = await backend_states(self._redis, self._keys[pool])
+        return {n: b.busy for n, b in states.items()}, {n: b.borrowed for n, b in states.items()}
 
     async def replicas(self, pool: str) -> int:
         """Replicas whose heartbeat is current (on Redis's clock), this one included."""

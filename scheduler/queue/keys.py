@@ -9,28 +9,20 @@ key                                    type    meaning                          
 =====================================  ======  ================================================  =========
 ``P:queue``                            zset    ticket id -> score (virtual deadline, seconds)    scripts
 ``P:tickets``                          hash    ticket id -> packed ticket (see records.py)       scripts
-``P:cap``                              hash    backend -> current concurrency limit              replicas
-``P:busy``                             hash    backend -> leases held now                        scripts
-``P:work``                             hash    backend -> predicted tokens of its leases         scripts
-``P:weight``                           hash    backend -> routing weight                         replicas
-``P:speed``                            hash    backend -> measured decode tokens/s               replicas
-``P:lcap``                             hash    backend -> slots long/batch work may hold         replicas
-``P:lbusy``                            hash    backend -> slots long/batch work holds now        scripts
-``P:borrow``                           hash    backend -> reserved slots long work may borrow    replicas
-``P:borrowed``                         hash    backend -> reserved slots borrowed now            scripts
+``P:backends``                         hash    backend -> packed state: limit, health, speed,    both
+                                               long cap, models (replicas); leases held, work,
+                                               grants (scripts) — see records.py
+``P:reach``                            hash    replica id -> backends it can call (records.py)   both
 ``P:quiet``                            string  "1" while no short work is expected (PX TTL)      replicas
-``P:down``                             set     backends taken out by health checks               replicas
-``P:serves:<model>``                   set     backends that serve this model                    replicas
 ``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
 ``P:lease``                            hash    lease id -> packed lease (see records.py)         scripts
 ``P:owners``                           zset    replica id -> heartbeat expiry                    scripts
 ``P:progress``                         hash    lease id -> output tokens so far (may be paused)  replicas
-``P:resume``                           set     backends that can resume a paused generation      replicas
 ``P:owned:<owner>``                    set     lease ids granted to one replica                  scripts
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
 ``P:tenant:vfinish``                   hash    tenant -> virtual finish time (fair queuing)      scripts
 ``P:tenant:queued``                    hash    tenant -> tickets queued now                      scripts
-``P:stats``                            hash    counters: granted, ...                            scripts
+``P:stats``                            hash    counters: queued_open, paused                     scripts
 ``P:epoch``                            string  set once per Redis lifetime (detects data loss)   scripts
 ``triage:predictor:<name>``            hash    shared weights of the online length predictor     predictor
 =====================================  ======  ================================================  =========
@@ -50,9 +42,13 @@ Keys outside any pool (``Q`` is ``<prefix>:{quota:<tenant>}``: a tenant's keys s
 =====================================  ======  ================================================  =========
 
 ``P`` stands for ``<prefix>:{<pool>}``. Nothing here but ``P:quiet`` expires by TTL: leases and
-owners expire by score, swept inside the dispatch script, so the sweep is atomic
-with the accounting it fixes. (Outside pools, quota buckets and running sets, and the
-published stats windows, expire by TTL when idle.)
+owners expire by score, swept by the heartbeat script, so the sweep is atomic with the
+accounting it fixes. A replica whose heartbeat expired longer ago than a lease lives is
+removed with its ``owned`` set, its inbox and its ``reach`` entry; a backend no live
+replica can call and no lease holds is removed from ``P:backends``. So the keys under a
+prefix stay the size of the live state, however often replicas restart. (Outside
+pools, quota buckets and running sets, and the published stats windows, expire by TTL
+when idle.)
 """
 
 from __future__ import annotations
@@ -75,7 +71,7 @@ class _Key:
 @dataclass(frozen=True, slots=True)
 class PoolKeys:
     """The keys of one pool, each named here once. ``base`` is passed to Lua, whose
-    ``pool_keys`` (``lua/_dispatch.lua``) builds the same names (a test holds them equal)."""
+    ``pool_keys`` (``lua/_common.lua``) builds the same names (a test holds them equal)."""
 
     prefix: str
     pool: str
@@ -86,29 +82,17 @@ class PoolKeys:
 
     queue = _Key("queue")
     tickets = _Key("tickets")
-    cap = _Key("cap")
-    busy = _Key("busy")
-    work = _Key("work")
-    weight = _Key("weight")
-    speed = _Key("speed")
-    lcap = _Key("lcap")
-    lbusy = _Key("lbusy")
-    borrow = _Key("borrow")
-    borrowed = _Key("borrowed")
+    backends = _Key("backends")
+    reach = _Key("reach")
     quiet = _Key("quiet")
-    down = _Key("down")
     leases = _Key("leases")
     lease = _Key("lease")
     owners = _Key("owners")
     progress = _Key("progress")
-    resume = _Key("resume")
     tenant_vfinish = _Key("tenant:vfinish")
     tenant_queued = _Key("tenant:queued")
     stats = _Key("stats")
     epoch = _Key("epoch")
-
-    def serves(self, model: str) -> str:
-        return f"{self.base}:serves:{model}"
 
     def owned(self, owner: str) -> str:
         return f"{self.base}:owned:{owner}"
@@ -127,7 +111,7 @@ class PoolKeys:
 
 # attribute -> suffix of every fixed-name key; and the keys named by one more name
 FIXED = {name: key.suffix for name, key in vars(PoolKeys).items() if isinstance(key, _Key)}
-NAMED = ("serves", "owned", "inbox")
+NAMED = ("owned", "inbox")
 
 
 def predictor_key(name: str = "default", prefix: str = DEFAULT_PREFIX) -> str:

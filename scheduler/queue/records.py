@@ -1,10 +1,10 @@
 """How tickets, leases and messages are written in Redis: each format once, for Python.
 
-The Lua side reads and writes the same formats in ``lua/_dispatch.lua`` (``pack_ticket``,
-``parse_ticket``, ``pack_lease``, ``parse_lease``, ``grant_message``,
-``evict_message``), and ``tests/scheduler/queue/test_records.py`` holds the two
+The Lua side reads and writes the same formats in ``lua/_common.lua`` (``pack_ticket``,
+``parse_ticket``, ``pack_lease``, ``parse_lease``, ``pack_backend``, ``parse_backend``,
+``grant_message``, ``evict_message``), and ``tests/scheduler/queue/test_records.py`` holds the two
 equal. Fields are joined by ``|``: ticket ids and owners are the gateway's own, and
-model, tenant and tier names must not contain one.
+model, tenant, tier and backend names must not contain one.
 
 ======================  ==================================================================
 format                  fields, in order
@@ -14,6 +14,11 @@ queued ticket           owner | model | tenant | class | predicted | deadline | 
                         Redis's clock, seconds; restricted 0/1)
 lease (``P:lease``)     backend | owner | predicted | restricted | borrowed | class | score |
                         pauses | tier | arrival           (0/1 flags; score, arrival: the ticket's)
+backend (``P:backends``) limit | down | weight | speed | lcap | borrow | resume | busy | work |
+                        lbusy | borrowed | granted | model ...   (the registry's fields, then
+                        the scripts' counts: leases held, their predicted tokens, restricted
+                        and borrowed ones, grants so far; then every model it serves)
+reach (``P:reach``)     backend | backend | ...          (the backends one replica can call)
 grant message           G | ticket | backend | borrowed
 eviction message        E | ticket | reason               (reason: deadline, shed)
 lost message            L | ticket | lost                 (waited for, but no longer queued)
@@ -83,6 +88,50 @@ def parse_lease(raw: bytes | str) -> Lease:
         f[0], f[1], int(float(f[2] or 0)), f[3] == "1", f[4] == "1", f[5], float(f[6] or 0), int(f[7] or 0), f[8],
         float(f[9] or 0),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BackendState:
+    """One backend as ``P:backends`` holds it: what the registry set, what the scripts count."""
+
+    limit: int = 0
+    down: bool = False
+    weight: float = 1.0
+    speed: float = 0.0  # 0: unknown
+    lcap: int = 0
+    borrow: int = 0
+    resume: bool = False
+    busy: int = 0  # leases held now
+    work: float = 0.0  # predicted output tokens of those leases
+    lbusy: int = 0  # of them, restricted (long/batch) work
+    borrowed: int = 0  # of them, on slots borrowed from the reserve
+    granted: int = 0  # grants on this backend so far
+    models: tuple[str, ...] = ()
+
+
+def pack_backend(b: BackendState) -> str:
+    return SEP.join((
+        _num(b.limit), _flag(b.down), _num(b.weight), _num(b.speed), _num(b.lcap), _num(b.borrow), _flag(b.resume),
+        _num(b.busy), _num(b.work), _num(b.lbusy), _num(b.borrowed), _num(b.granted), *b.models,
+    ))
+
+
+def parse_backend(raw: bytes | str) -> BackendState:
+    f = _text(raw).split(SEP)
+    f += [""] * (12 - len(f))
+
+    def n(i: int, default: float = 0) -> float:
+        return float(f[i]) if f[i] else default
+
+    limit = int(n(0))
+    return BackendState(
+        limit, f[1] == "1", n(2, 1.0), n(3), int(n(4, limit)), int(n(5)), f[6] == "1", int(n(7)), n(8), int(n(9)),
+        int(n(10)), int(n(11)), tuple(f[12:]),
+    )
+
+
+def parse_reach(raw: bytes | str | None) -> set[str]:
+    return {name for name in _text(raw or "").split(SEP) if name}
 
 
 def pack_message(msg: Message) -> str:

@@ -1,14 +1,16 @@
 """One typed wrapper per Lua script. The only module that knows the scripts' ARGV order.
 
-Scripts live in ``lua/``; ``_dispatch.lua`` holds what every script shares (the pool's
-key names, the record formats, taking and giving back a slot, the dispatch itself)
-and is prepended to each, so each call is one atomic unit. redis-py's ``Script`` runs them by SHA and reloads them by itself
-after a Redis restart (NOSCRIPT).
+Scripts live in ``lua/``. What every script shares is prepended to each, so each call
+is one atomic unit: ``_common.lua`` (the pool's key names, the arguments, the record
+formats), ``_slots.lua`` (the pool's backends as one script sees them; taking and
+giving back a slot), ``_owners.lua`` (replicas: alive, the backends each can call,
+messages) and ``_dispatch.lua`` (the dispatch itself). redis-py's ``Script`` runs them
+by SHA and reloads them by itself after a Redis restart (NOSCRIPT).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -18,6 +20,8 @@ from redis.asyncio import Redis
 from scheduler.queue.keys import ApiKeyKeys, PoolKeys, QuotaKeys, StatsKeys
 from scheduler.queue.records import parse_message
 from scheduler.types import BackendRecord, Message, Ticket
+
+LIBRARY = ("_common.lua", "_slots.lua", "_owners.lua", "_dispatch.lua")  # prepended, in this order
 
 
 def _source(name: str) -> str:
@@ -45,16 +49,19 @@ class Timing:
 
 
 class Scripts:
-    """The scheduler's Lua scripts, registered once per Redis client."""
+    """The scheduler's Lua scripts, registered once per Redis client.
 
-    def __init__(self, redis: Redis, timing: Timing) -> None:
-        lib = _source("_dispatch.lua")
+    ``source``: file name -> Lua text (default: the files in ``lua/``; a benchmark
+    passes another version's to compare; a name it lacks reads as empty)."""
+
+    def __init__(self, redis: Redis, timing: Timing, source: Callable[[str], str] = _source) -> None:
+        lib = "\n".join(source(name) for name in LIBRARY) + "\n"
         self._timing = timing
-        self._enqueue = redis.register_script(lib + _source("enqueue.lua"))
-        self._release = redis.register_script(lib + _source("release.lua"))
-        self._cancel = redis.register_script(lib + _source("cancel.lua"))
-        self._heartbeat = redis.register_script(lib + _source("heartbeat.lua"))
-        self._backend = redis.register_script(lib + _source("backend.lua"))
+        self._enqueue = redis.register_script(lib + source("enqueue.lua"))
+        self._release = redis.register_script(lib + source("release.lua"))
+        self._cancel = redis.register_script(lib + source("cancel.lua"))
+        self._heartbeat = redis.register_script(lib + source("heartbeat.lua"))
+        self._backend = redis.register_script(lib + source("backend.lua"))
 
     def _common(self, me: str) -> list[Any]:
         """The arguments every dispatching script opens with (``dispatch_args`` in Lua)."""

@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from gateway.embedded import free_port
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.state import backend_states
 from tests.support import MODEL, eventually
 
 MODELS = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
@@ -177,8 +178,8 @@ def chat(stream: bool) -> dict[str, object]:
 
 
 async def leases(redis: Redis, prefix: str) -> int:
-    busy = await redis.hgetall(PoolKeys(prefix, "default").busy)
-    return sum(int(float(v)) for v in busy.values())
+    states = await backend_states(redis, PoolKeys(prefix, "default"))
+    return sum(b.busy for b in states.values())
 
 
 async def queued_here(http: httpx.AsyncClient, url: str) -> int:

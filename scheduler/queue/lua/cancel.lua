@@ -8,4 +8,7 @@ if not packed then
   return 0
 end
 drop_ticket(K, tid, parse_ticket(packed))
+if redis.call('ZCARD', K.queue) == 0 then
+  redis.call('DEL', K.tenant_vfinish)  -- the queue is empty: no tenant is ahead of another
+end
 return 1

@@ -7,6 +7,10 @@
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
 --
+-- A ticket that would be first in line and finds a slot is granted without being
+-- queued (the common, uncontended case: no queue writes, no walk). Every other ticket
+-- is queued, then the dispatch walks the queue.
+--
 -- Idempotent: a client retrying this call after its reply was lost (the connection
 -- died under it) gets the same answer. A ticket already granted is granted again in
 -- the reply (same lease, no second slot); one already queued stays as it is.
@@ -16,52 +20,57 @@
 -- gap) after it. The fairness lead is how far this tenant's virtual finish time runs
 -- ahead of the slowest other tenant with queued work: a tenant that floods the pool
 -- queues behind tenants that don't, and a tenant alone keeps plain short-first order.
-local K = pool_keys(KEYS[1])
-local D = dispatch_args()
+local C = context(KEYS[1])
+local K, D, me = C.K, C.D, C.me
 local a = FIRST_ARG
-local me = D.me
 local tid, model, tenant, class = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-local predicted, timeout, tier = ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
+local predicted, timeout, tier = tonumber(ARGV[a + 4]) or 0, tonumber(ARGV[a + 5]), ARGV[a + 6]
 local slack, tier_offset, cost = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
 local max_slack, max_queue, max_tenant = tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12])
-local avoid, restricted = ARGV[a + 13], ARGV[a + 14]
+local avoid, restricted = ARGV[a + 13], ARGV[a + 14] == '1'
 local pauses = tonumber(ARGV[a + 16]) or 0
 
-local now = now_s()
+C.now = now_s()
+local now = C.now
 local arrival = now - math.max(0, tonumber(ARGV[a + 15]) or 0)
-heartbeat(K, me, D.owner_ttl, now)
-local lease = redis.call('HGET', K.lease, tid)
-if lease then
-  return {1, redis.call('ZCARD', K.queue), grant_message(tid, parse_lease(lease))}
+local qlen = redis.call('ZCARD', K.queue)
+
+local function granted_before()
+  local lease = redis.call('HGET', K.lease, tid)
+  return lease and {1, qlen, grant_message(tid, parse_lease(lease))}
 end
-if redis.call('HEXISTS', K.tickets, tid) == 1 then
-  local out = {1, redis.call('ZCARD', K.queue)}
-  for _, msg in ipairs(dispatch(K, D, now)) do
-    out[#out + 1] = msg
-  end
-  return out
+
+if qlen > 0 and redis.call('HEXISTS', K.tickets, tid) == 1 then
+  heartbeat(C)
+  dispatch(C)
+  return finish(C, {1, qlen})
 end
-local queued_key = K.tenant_queued
-if max_tenant > 0 then
-  local tq = tonumber(redis.call('HGET', queued_key, tenant) or '0')
+if max_tenant > 0 and qlen > 0 then
+  local tq = tonumber(redis.call('HGET', K.tenant_queued, tenant) or '0')
   if tq >= max_tenant then
-    return {-2, redis.call('ZCARD', K.queue)}
+    return granted_before() or {-2, qlen}
   end
 end
 
--- fairness: virtual finish times of the tenants with queued work
+-- fairness: virtual finish times of the tenants with queued work (none: alone)
 local vkey = K.tenant_vfinish
-local floor = nil
-local queued = redis.call('HGETALL', queued_key)
-for i = 1, #queued, 2 do
-  if queued[i] ~= tenant and tonumber(queued[i + 1]) > 0 then
-    local f = tonumber(redis.call('HGET', vkey, queued[i]) or '0')
+local floor, mine = nil, 0
+if qlen > 0 then
+  local others, names = redis.call('HGETALL', K.tenant_queued), {tenant}
+  for i = 1, #others, 2 do
+    if others[i] ~= tenant and tonumber(others[i + 1]) > 0 then
+      names[#names + 1] = others[i]
+    end
+  end
+  local finishes = redis.call('HMGET', vkey, unpack(names))
+  for i = 2, #names do
+    local f = tonumber(finishes[i] or '0')
     if floor == nil or f < floor then
       floor = f
     end
   end
+  mine = tonumber(finishes[1] or '0')
 end
-local mine = tonumber(redis.call('HGET', vkey, tenant) or '0')
 local lead = 0
 if floor ~= nil then
   if mine < floor then
@@ -73,42 +82,70 @@ else
 end
 local score = arrival + math.min(max_slack, slack + lead) + tier_offset
 
-local qlen = redis.call('ZCARD', K.queue)
 if max_queue > 0 and qlen >= max_queue then
   -- full: shed the least urgent queued ticket if this one is more urgent
   local worst = redis.call('ZRANGE', K.queue, -1, -1, 'WITHSCORES')
   if #worst == 0 or tonumber(worst[2]) <= score then
-    return {-1, qlen}
+    return granted_before() or {-1, qlen}
   end
   local victim = worst[1]
   local packed = redis.call('HGET', K.tickets, victim)
   if packed then
     local t = parse_ticket(packed)
     drop_ticket(K, victim, t)
-    redis.call('RPUSH', K.inbox(t.owner), evict_message(victim, 'shed'))
+    notify(C, t.owner, evict_message(victim, 'shed'))
   else
     redis.call('ZREM', K.queue, victim)
   end
   qlen = qlen - 1
 end
 
-redis.call('HSET', vkey, tenant, tostring(mine + cost))
 local deadline = 0
 if timeout > 0 then
   deadline = now + timeout
 end
-local packed = pack_ticket({owner = me, model = model, tenant = tenant, class = class, predicted = predicted,
-                            deadline = deadline, arrival = arrival, tier = tier, avoid = avoid,
-                            restricted = restricted == '1', pauses = pauses})
-if redis.call('HSET', K.tickets, tid, packed) == 1 then
-  redis.call('HINCRBY', queued_key, tenant, 1)
-  if restricted ~= '1' then
+local t = {owner = me, model = model, tenant = tenant, class = class, predicted = predicted,
+           deadline = deadline, arrival = arrival, tier = tier, avoid = avoid, restricted = restricted,
+           pauses = pauses}
+
+-- first in line: granted at once if a slot is free (the queue before it has had its
+-- dispatch, so nothing queued could take the slot it leaves)
+local first = qlen == 0
+if not first then
+  local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+  first = #head == 0 or score < tonumber(head[2])
+end
+if first then
+  local backend, borrowed = pick_backend(C, t)
+  if backend then
+    local lease = lease_of(t, score, backend, borrowed)
+    if redis.call('HSETNX', K.lease, tid, pack_lease(lease)) == 0 then
+      return granted_before()  -- a retried call: the first grant stands
+    end
+    if qlen > 0 then
+      redis.call('HSET', vkey, tenant, tostring(mine + cost))
+    end
+    grant(C, tid, t, score, backend, borrowed, true)
+    if qlen > 0 and D.preempt and resumable(C) then
+      dispatch(C)  -- queued work may be old enough to pause a running lease by now
+    end
+    return finish(C, {1, qlen})
+  end
+end
+
+local done = granted_before()
+if done then
+  return done
+end
+heartbeat(C)
+redis.call('HSET', vkey, tenant, tostring(mine + cost))
+if redis.call('HSET', K.tickets, tid, pack_ticket(t)) == 1 then
+  redis.call('HINCRBY', K.tenant_queued, tenant, 1)
+  if not restricted then
     redis.call('HINCRBY', K.stats, 'queued_open', 1)
   end
 end
 redis.call('ZADD', K.queue, score, tid)
-local out = {1, qlen + 1}
-for _, msg in ipairs(dispatch(K, D, now)) do
-  out[#out + 1] = msg
-end
-return out
+qlen = qlen + 1
+dispatch(C)
+return finish(C, {1, qlen})

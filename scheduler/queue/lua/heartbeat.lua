@@ -1,5 +1,6 @@
--- A replica's periodic tick: prove it is alive, renew its leases, and dispatch
--- (so slots of a dead replica's expired leases go to queued work without traffic).
+-- A replica's periodic tick: prove it is alive, renew its leases, sweep what expired
+-- (leases of replicas that stopped renewing, then those replicas themselves), and
+-- dispatch (so freed slots go to queued work without traffic).
 -- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then quiet (0/1: the
 --   open class has had no recent arrivals), n (leases that follow), then for each of the
 --   n leases this replica holds: lease id, its lease record, its attained output tokens
@@ -12,23 +13,27 @@
 -- nor granted was dropped while this replica looked dead (its heartbeat was late, and
 -- another replica's dispatch met the ticket): it is reported lost, to be queued again.
 -- Returns {epoch, tickets granted so far in the pool, messages for me...}.
-local K = pool_keys(KEYS[1])
-local D = dispatch_args()
-local me, lease_ttl, a = D.me, D.lease_ttl, FIRST_ARG
-local now = now_s()
-heartbeat(K, me, D.owner_ttl, now)
+local C = context(KEYS[1])
+local K, D, me, a = C.K, C.D, C.me, FIRST_ARG
+local lease_ttl = D.lease_ttl
+C.now = now_s()
+local now = C.now
+heartbeat(C)
 if ARGV[a] == '1' then
   redis.call('SET', K.quiet, '1', 'PX', math.floor(D.owner_ttl * 1000))
 else
   redis.call('DEL', K.quiet)
 end
+all_slots(C.S)
+sweep_leases(C)
+bury_dead_owners(C)
 local held = {}
 local waiting_from = a + 2 + 3 * tonumber(ARGV[a + 1])
 for i = a + 2, waiting_from - 1, 3 do
   local lid, attained = ARGV[i], tonumber(ARGV[i + 2])
   held[lid] = true
   if not redis.call('ZSCORE', K.leases, lid) then
-    add_lease(K, lid, parse_lease(ARGV[i + 1]), now + lease_ttl)
+    add_lease(C, lid, parse_lease(ARGV[i + 1]), now + lease_ttl)
   else
     redis.call('ZADD', K.leases, now + lease_ttl, lid)
   end
@@ -38,7 +43,11 @@ for i = a + 2, waiting_from - 1, 3 do
     redis.call('HDEL', K.progress, lid)
   end
 end
-local out = {redis.call('GET', K.epoch), redis.call('HGET', K.stats, 'granted') or '0'}
+local granted = 0
+for _, b in pairs(C.S.recs) do
+  granted = granted + b.granted
+end
+local out = {redis.call('GET', K.epoch), tostring(granted)}
 for _, lid in ipairs(redis.call('SMEMBERS', K.owned(me))) do
   if not held[lid] then
     local record = redis.call('HGET', K.lease, lid)
@@ -56,7 +65,5 @@ for i = waiting_from, #ARGV do
     out[#out + 1] = lost_message(tid)
   end
 end
-for _, msg in ipairs(dispatch(K, D, now)) do
-  out[#out + 1] = msg
-end
-return out
+dispatch(C)
+return finish(C, out)

@@ -1,10 +1,15 @@
 -- Release a lease (its request finished) and dispatch into the freed slot.
 -- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then the lease id.
--- Returns the grant/eviction messages for me.
-local K = pool_keys(KEYS[1])
-local D = dispatch_args()
+-- Returns the grant/eviction messages for me. With nothing queued this reads and
+-- writes only the lease and its backend's field.
+local C = context(KEYS[1])
 local lid = ARGV[FIRST_ARG]
-local now = now_s()
-heartbeat(K, D.me, D.owner_ttl, now)
-drop_lease(K, lid)
-return dispatch(K, D, now)
+if redis.call('ZCARD', C.K.queue) == 0 then
+  drop_lease(C, lid)
+  return finish(C, {})
+end
+C.now = now_s()
+all_slots(C.S)
+drop_lease(C, lid)
+dispatch(C)
+return finish(C, {})

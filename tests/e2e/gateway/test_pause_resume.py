@@ -13,6 +13,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
@@ -159,7 +160,7 @@ async def queue_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
 
 
 async def busy_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
-    return int(await redis.hget(keys.busy, "sim") or 0) == n
+    return await state.busy(redis, keys, "sim") == n
 
 
 async def sim_running(sim: str, n: int) -> bool:

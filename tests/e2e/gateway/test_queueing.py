@@ -11,6 +11,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
@@ -78,7 +79,7 @@ async def queue_is(redis: Redis, prefix: str, n: int) -> bool:
 
 
 async def busy_is(redis: Redis, prefix: str, n: int) -> bool:
-    return int(await redis.hget(PoolKeys(prefix, "default").busy, "sim") or 0) == n
+    return await state.busy(redis, PoolKeys(prefix, "default"), "sim") == n
 
 
 async def sim_stats(sim: str) -> dict:

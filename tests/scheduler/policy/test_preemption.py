@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from scheduler.policy.preemption import Running, Urgent, pick_victim
+from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import pack_lease
 from scheduler.queue.scripts import Scripts, Timing
@@ -117,7 +118,7 @@ async def test_the_twin_pauses_as_the_script_does(
     # a slot is never held twice: each backend's busy count is the leases it holds
     for name in ("a", "b", "c"):
         holders = [lid for lid, rec in (await redis.hgetall(keys.lease)).items() if rec.decode().split("|")[0] == name]
-        assert int(await redis.hget(keys.busy, name) or 0) == len(holders)
+        assert await state.busy(redis, keys, name) == len(holders)
 
 
 # -- the books, over random runs of arrivals, releases and heartbeats ------------------
@@ -192,7 +193,7 @@ async def test_pausing_keeps_the_books(redis: Redis, steps: list[str]) -> None:
             await handle((await scripts.heartbeat(keys, "me", records, progress=dict(running)))[2])
         leases = await redis.hgetall(keys.lease)
         assert set(k.decode() for k in leases) == set(running)  # a slot is never held twice
-        assert int(await redis.hget(keys.busy, "a") or 0) == len(running) <= 2
+        assert await state.busy(redis, keys, "a") == len(running) <= 2
     while running:  # drain: every request ends granted, none lost
         lease = sorted(running)[0]
         del running[lease]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from scheduler.policy.reservation import Reservation, ReservationParams
+from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import pack_lease
 from scheduler.queue.scripts import Scripts, Timing
@@ -86,9 +87,8 @@ def test_quiet_after_no_open_arrivals() -> None:
 
 
 async def lease_counts(redis: Redis, keys: PoolKeys) -> tuple[int, int]:
-    busy = int(await redis.hget(keys.busy, "b") or 0)
-    lbusy = int(await redis.hget(keys.lbusy, "b") or 0)
-    return busy, lbusy
+    b = (await state.backend_states(redis, keys))["b"]
+    return b.busy, b.lbusy
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

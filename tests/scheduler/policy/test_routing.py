@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from scheduler.policy.routing import Pick, SlotState, pick_backend
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import BackendState, pack_backend
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import Ticket
 
@@ -56,7 +57,7 @@ backend = st.fixed_dictionaries({
     "cap": st.integers(0, 4), "busy": st.integers(0, 4), "work": st.integers(0, 3000),
     "speed": st.sampled_from([None, 20.0, 55.5]), "weight": st.sampled_from([None, 1.0, 2.0]),
     "lcap": st.integers(0, 4), "lbusy": st.integers(0, 5), "borrow": st.integers(0, 2),
-    "down": st.booleans(), "serves": st.booleans(),
+    "down": st.booleans(), "serves": st.booleans(), "known": st.sampled_from([True, True, False]),
 })
 
 
@@ -71,26 +72,24 @@ async def test_the_twin_picks_as_the_script_does(
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
     states: dict[str, SlotState] = {}
     serving: list[str] = []
+    known: list[str] = []
     async with redis.pipeline(transaction=False) as pipe:
         for i, b in enumerate(pool):
             name = f"b{i}"
-            pipe.hset(keys.cap, name, b["cap"])
-            pipe.hset(keys.busy, name, b["busy"])
-            pipe.hset(keys.work, name, b["work"])
-            pipe.hset(keys.lcap, name, b["lcap"])
-            pipe.hset(keys.lbusy, name, b["lbusy"])
-            pipe.hset(keys.borrow, name, b["borrow"])
-            for field, key in (("speed", keys.speed), ("weight", keys.weight)):
-                if b[field] is not None:
-                    pipe.hset(key, name, b[field])
-            if b["down"]:
-                pipe.sadd(keys.down, name)
-            if b["serves"]:
-                pipe.sadd(keys.serves("m"), name)
+            record = BackendState(
+                b["cap"], b["down"], b["weight"] or 1.0, b["speed"] or 0.0, b["lcap"], b["borrow"], False, b["busy"],
+                b["work"], b["lbusy"], 0, 0, ("m",) if b["serves"] else ("other",),
+            )
+            pipe.hset(keys.backends, name, pack_backend(record))
+            if b["known"]:  # the ticket's owner registered it: it may be granted
+                known.append(name)
+            if b["serves"] and b["known"]:
                 serving.append(name)
             if not b["down"] and b["cap"] > b["busy"]:
                 rate = (b["speed"] or 1.0) * (b["weight"] or 1.0)
                 states[name] = SlotState(b["busy"], b["work"], rate, b["lcap"], b["lbusy"], b["borrow"])
+        if known:
+            pipe.hset(keys.reach, "me", "|".join(known))
         if queued_open:
             pipe.hset(keys.stats, "queued_open", queued_open)
         if quiet:

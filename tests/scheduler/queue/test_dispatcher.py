@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.errors import DeadlineExceeded, QueueFull, Shed
+from scheduler.queue import state
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.scripts import Scripts, Timing
@@ -76,7 +77,7 @@ async def busy_is(redis: Redis, prefix: str, n: int) -> bool:
 
 
 async def busy(redis: Redis, prefix: str, backend: str = "b1") -> int:
-    return int(await redis.hget(PoolKeys(prefix, POOL).busy, backend) or 0)
+    return await state.busy(redis, PoolKeys(prefix, POOL), backend)
 
 
 async def test_grant_at_once_and_release(make, redis, prefix) -> None:
@@ -159,6 +160,7 @@ async def test_grant_crosses_replicas_through_the_inbox(make, redis, prefix) -> 
     await a.start()
     await b.start()
     await add_backend(a, limit=1)
+    await add_backend(b, limit=1)  # each replica registers the backends it can call
     held = await a.acquire(spec(), POOL)
     waiting = asyncio.create_task(b.acquire(spec(), POOL))
     await eventually(lambda: b.queued_here >= 1)
@@ -174,6 +176,7 @@ async def test_dead_replica_slots_come_back(make, redis, prefix) -> None:
     await dead.acquire(spec(), POOL)  # never started: never renews its lease
     assert await busy(redis, prefix) == 1
     alive = make(lease_ttl=0.5)
+    await add_backend(alive, limit=1)
     await alive.start()
     grant = await asyncio.wait_for(alive.acquire(spec(), POOL), 10)  # heartbeat sweeps, then grants
     assert grant.backend == "b1"

@@ -22,8 +22,8 @@ def lua(name: str) -> str:
 
 
 def lua_table() -> tuple[dict[str, str], dict[str, str]]:
-    """``pool_keys`` in _dispatch.lua: fixed keys (name -> suffix), named keys (name -> prefix)."""
-    body = lua("_dispatch.lua").split("local function pool_keys(base)", 1)[1].split("\nend\n", 1)[0]
+    """``pool_keys`` in _common.lua: fixed keys (name -> suffix), named keys (name -> prefix)."""
+    body = lua("_common.lua").split("local function pool_keys(base)", 1)[1].split("\nend\n", 1)[0]
     fixed = dict(re.findall(r"(\w+) = base \.\. ':([\w:]+)'", body))
     named = dict(re.findall(r"(\w+) = function\(\w+\) return base \.\. ':([\w:]+):' \.\. \w+ end", body))
     return fixed, named
@@ -38,7 +38,7 @@ def test_lua_names_each_key_as_keys_py_does() -> None:
 @pytest.mark.parametrize("script", [p.name for p in LUA.iterdir() if p.name.endswith(".lua")])
 def test_scripts_reach_keys_only_through_the_table(script: str) -> None:
     source = lua(script)
-    if script == "_dispatch.lua":
+    if script == "_common.lua":
         source = source.split("local function pool_keys(base)", 1)[1].split("\nend\n", 1)[1]
     assert "base .." not in source and "KEYS[1] .." not in source  # no key built by hand
     used = set(re.findall(r"\bK\.(\w+)", source))
@@ -53,6 +53,7 @@ async def test_every_key_written_is_one_keys_py_builds(redis: Redis) -> None:
     other = "owner-2"
     await scripts.set_backend(keys, "owner-1", BackendRecord("b", 1, models=("m",), speed=40.0, long_cap=1, borrow=1))
     await scripts.set_backend(keys, "owner-1", BackendRecord("down", 1, down=True, models=("m",)))
+    await scripts.set_backend(keys, other, BackendRecord("b", 1, models=("m",), speed=40.0, long_cap=1, borrow=1))
 
     def ticket(tid: str, tenant: str, restricted: bool = False, timeout_s: float = 0.0) -> Ticket:
         return Ticket(tid, "m", tenant, "short", 10, timeout_s, "interactive", 0.1, cost_s=0.1, restricted=restricted)

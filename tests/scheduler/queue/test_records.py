@@ -11,8 +11,18 @@ import uuid
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.records import pack_lease, pack_message, parse_lease, parse_message, parse_ticket
+from scheduler.queue.records import (
+    BackendState,
+    pack_backend,
+    pack_lease,
+    pack_message,
+    parse_backend,
+    parse_lease,
+    parse_message,
+    parse_ticket,
+)
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Lease, Message, MessageKind, Ticket
 
@@ -41,6 +51,15 @@ def ticket(tid: str, **kw: object) -> Ticket:
 )
 def test_lease_round_trips(lease: Lease) -> None:
     assert parse_lease(pack_lease(lease)) == lease
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [BackendState(), BackendState(4, False, 1.0, 0.0, 4, 0, False, 0, 0.0, 0, 0, 0, ("m",)),
+     BackendState(8, True, 0.5, 41.25, 6, 2, True, 3, 2100.5, 2, 1, 1234, ("m", "m-large"))],
+)
+def test_backend_round_trips(backend: BackendState) -> None:
+    assert parse_backend(pack_backend(backend)) == backend
 
 
 @pytest.mark.parametrize(
@@ -84,17 +103,31 @@ async def test_a_lease_python_packed_is_kept_as_it_is(redis: Redis, keys: PoolKe
     record = pack_lease(Lease("b1", ME, 900, True, True))
     await scripts.heartbeat(keys, ME, {"lost": record})
     assert (await redis.hget(keys.lease, "lost")).decode() == record
-    counts = [await redis.hget(k, "b1") for k in (keys.busy, keys.work, keys.lbusy, keys.borrowed)]
-    assert [float(c) for c in counts] == [1, 900, 1, 1]
+    b = (await state.backend_states(redis, keys))["b1"]
+    assert (b.busy, b.work, b.lbusy, b.borrowed) == (1, 900, 1, 1)
     assert await redis.sismember(keys.owned(ME), "lost")
 
 
 async def test_an_eviction_lua_sent_parses(redis: Redis, keys: PoolKeys) -> None:
     scripts = Scripts(redis, Timing(30.0, 30.0, 64))
     await scripts.set_backend(keys, ME, BackendRecord("b1", 0, models=("m",)))
-    await scripts.enqueue(keys, ME, ticket("t1", timeout_s=0.001), 0, 0)
-    await redis.hset(keys.cap, "b1", 1)  # a slot (not for long work), so a dispatch meets the ticket
+    await scripts.enqueue(keys, ME, ticket("t1", timeout_s=0.001, restricted=False), 0, 0)
+    # a slot on a backend that does not serve its model, so a dispatch meets the ticket and cannot grant
+    # it; written as it is, without a dispatch, so the first one to meet the ticket is a release below
+    await redis.hset(keys.backends, "b2", pack_backend(BackendState(1, lcap=1, models=("other",))))
     for _ in range(100_000):  # until its 1 ms deadline has passed on Redis's clock
         if messages := await scripts.release(keys, ME, "none"):
             break
     assert messages == [Message(MessageKind.EVICT, "t1", "deadline")]
+
+
+async def test_a_backend_lua_wrote_parses_and_python_packs_it_the_same(redis: Redis, keys: PoolKeys) -> None:
+    scripts = Scripts(redis, Timing(30.0, 30.0, 64))
+    sent = BackendRecord("b1", 3, models=("m", "m2"), weight=0.5, speed=42.5, long_cap=2, borrow=1, resume=True)
+    await scripts.set_backend(keys, ME, sent)
+    await scripts.enqueue(keys, ME, ticket("t1", avoid="", restricted=False, predicted=70), 0, 0)
+    raw = await redis.hget(keys.backends, "b1")
+    b = parse_backend(raw)
+    assert b == BackendState(3, False, 0.5, 42.5, 2, 1, True, 1, 70.0, 0, 0, 1, ("m", "m2"))
+    assert pack_backend(b) == raw.decode()
+    assert await state.reach(redis, keys, ME) == {"b1"}

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from tests.e2e.faults.scripted import RATE_LIMITED, VLLM_FULL, Answer, refuse, scripted_backend
 from tests.support import MODEL, eventually
@@ -29,12 +30,14 @@ def backend(name: str, url: str) -> dict[str, object]:
     return {"name": name, "url": url, "models": [MODEL], "max_concurrency": 4, "adaptive": False}
 
 
-async def nothing_held(redis: Redis, prefix: str) -> bool:
-    """No slot, lease or ticket left in the pool."""
+async def nothing_held(redis: Redis, prefix: str, *backends: str) -> bool:
+    """No slot (of these backends), lease or ticket left in the pool."""
     keys = PoolKeys(prefix, "default")
-    busy = [int(v) for v in (await redis.hgetall(keys.busy)).values()]
-    return (not any(busy) and await redis.hlen(keys.lease) == 0 and await redis.zcard(keys.queue) == 0
-            and await redis.hlen(keys.tickets) == 0)
+    for name in backends:
+        if await state.busy(redis, keys, name) != 0:
+            return False
+    return (await redis.hlen(keys.lease) == 0 and await redis.zcard(keys.leases) == 0
+            and await redis.zcard(keys.queue) == 0 and await redis.hlen(keys.tickets) == 0)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -51,7 +54,7 @@ async def test_a_full_vllm_queue_is_absorbed_and_the_request_served(
             else:
                 assert resp.json()["choices"][0]["message"]["content"] == "Hi"
             assert vllm.posts == 2  # refused once, then served
-            await eventually(lambda: nothing_held(redis, prefix))
+            await eventually(lambda: nothing_held(redis, prefix, "vllm"))
 
 
 @pytest.mark.parametrize("retry_after", ["seconds", "http-date"])
@@ -69,7 +72,7 @@ async def test_a_rate_limiter_s_retry_after_is_a_cool_down(
             resp = await http.post(CHAT, json=chat())
             assert resp.status_code == 200, resp.text
             assert tgi.posts == 2 and tgi.early == 0
-            await eventually(lambda: nothing_held(redis, prefix))
+            await eventually(lambda: nothing_held(redis, prefix, "tgi"))
 
 
 async def test_a_cooling_backend_gets_nothing_while_another_serves(
@@ -84,9 +87,9 @@ async def test_a_cooling_backend_gets_nothing_while_another_serves(
                 assert resp.status_code == 200, resp.text
                 assert resp.headers["x-triage-backend"] == "other"
             assert limited.posts == 1  # the one refusal, then nothing while it cools
-            state = {b["name"]: b for b in (await http.get("/admin/backends")).json()["backends"]}
-        assert state["limited"]["cooling_s"] > 100  # Retry-After 3600, bounded by the max
-        await eventually(lambda: nothing_held(redis, prefix))
+            view = {b["name"]: b for b in (await http.get("/admin/backends")).json()["backends"]}
+        assert view["limited"]["cooling_s"] > 100  # Retry-After 3600, bounded by the max
+        await eventually(lambda: nothing_held(redis, prefix, "limited", "other"))
 
 
 @pytest.mark.parametrize(("status", "body"), [(503, VLLM_FULL), (429, RATE_LIMITED)])
@@ -103,7 +106,7 @@ async def test_past_its_deadline_the_client_gets_our_error_with_retry_after(
             assert error["code"] == "backend_overloaded"
             assert int(resp.headers["retry-after"]) >= 1
             assert full.posts >= 2  # it was tried again before the deadline
-            await eventually(lambda: nothing_held(redis, prefix))
+            await eventually(lambda: nothing_held(redis, prefix, "full"))
 
 
 async def test_a_cool_down_past_the_deadline_is_answered_at_once(
@@ -117,7 +120,7 @@ async def test_a_cool_down_past_the_deadline_is_answered_at_once(
             assert resp.json()["error"]["code"] == "backend_overloaded"
             assert 25 <= int(resp.headers["retry-after"]) <= 30  # what is left of the cool-down
             assert limited.posts == 1
-            await eventually(lambda: nothing_held(redis, prefix))
+            await eventually(lambda: nothing_held(redis, prefix, "limited"))
 
 
 async def test_a_stream_queued_past_its_headers_survives_an_overload_and_learns_its_queue_time(
@@ -145,7 +148,7 @@ async def test_a_stream_queued_past_its_headers_survives_an_overload_and_learns_
         assert lines[-1] == "data: [DONE]"
         assert lines[-2].startswith(": x-triage-queue-ms=") and float(lines[-2].split("=")[1]) > 0
         assert vllm.posts == 3
-        await eventually(lambda: nothing_held(redis, prefix))
+        await eventually(lambda: nothing_held(redis, prefix, "vllm"))
 
 
 async def test_a_backend_error_reaches_the_client_in_openai_shape_without_internals(

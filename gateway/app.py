@@ -10,14 +10,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from opentelemetry.trace import TracerProvider
-from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.asyncio import Redis
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway import admin, admin_keys
+from gateway import admin, admin_keys, redis_client
 from gateway.auth import Authenticator, quota_limits
 from gateway.backoff import Backoff
 from gateway.drain import Drain, InFlight
@@ -107,15 +104,10 @@ def make_predictor(settings: Settings) -> Built:
 def shared_redis(url: str, name: str, max_connections: int = 64) -> Redis:
     """The gateway's client for queue operations; ``name`` shows in Redis's CLIENT LIST.
 
-    A connection left stale by a Redis restart fails once and is retried on a fresh
-    one (every script is safe to retry). The pool is bounded and waits for a free
-    connection: under a burst, requests queue for a connection instead of failing
-    (redis-py's default pool raises past its limit)."""
-    retry = Retry(ExponentialBackoff(cap=0.2, base=0.01), retries=2)  # the asyncio Retry: it awaits
-    return Redis.from_pool(BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=5, health_check_interval=10, retry=retry,
-        client_name=name, retry_on_error=[redis_errors.ConnectionError, redis_errors.TimeoutError],
-    ))
+    One server, a cluster or a Sentinel-watched master, as ``url`` says
+    (``gateway/redis_client.py``): a stale connection is retried on a fresh one (every
+    script is safe to retry), and a burst waits for a free connection instead of failing."""
+    return redis_client.command_client(url, name, max_connections)
 
 
 def create_app(
@@ -137,7 +129,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owner = f"r{uuid.uuid4().hex[:12]}"
         redis = shared_redis(redis_url, f"triage-{owner}")
-        listen = Redis.from_url(redis_url, client_name=f"triage-{owner}-inbox")  # its own, for BLPOP
+        listen = redis_client.listener_client(redis_url, f"triage-{owner}-inbox")  # its own, for BLPOP
         client = make_client(settings.upstream_timeout_s)
         timing = Timing(
             settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,

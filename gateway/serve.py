@@ -5,22 +5,34 @@ with no backends, one simulated backend. Ctrl-C stops the gateway and everything
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import redis
 
+from gateway import redis_client
 from gateway.reload import ConfigSource
 from gateway.settings import BackendSettings, ConfigError, Settings
 
 
 def _check_redis(url: str) -> None:
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+        redis_client.check(url)
     except (redis.RedisError, ValueError) as exc:
-        raise ConfigError(f"redis_url: cannot reach {url} ({exc})") from None
+        where = redis_client.parse(url).describe() if _parses(url) else url
+        raise ConfigError(f"redis_url: cannot reach {where} ({exc})") from None
+
+
+def _parses(url: str) -> bool:
+    try:
+        redis_client.parse(url)
+    except ValueError:
+        return False
+    return True
 
 
 def _banner(settings: Settings, embedded: list[str]) -> str:
@@ -84,7 +96,12 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
             from gateway.telemetry.request_log import to_stdout
 
             to_stdout()
+        if settings.workers > 1:
+            embedded.append(f"{settings.workers} worker processes, each a full replica (own owner id, inbox, heartbeat)")
         print(_banner(settings, embedded), flush=True)
+        if settings.workers > 1:
+            _run_workers(settings)
+            return
         app = create_app(settings, source=source)
         config = uvicorn.Config(
             app, host=settings.host, port=settings.port, log_level="info",
@@ -92,6 +109,34 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
         )
         # the first SIGTERM / SIGINT drains (gateway/drain.py), a second one stops at once
         draining_server(_quiet_stop_server(), config, app.state.drain).run()
+
+
+def worker_app(settings_json: str) -> Any:
+    """The app of one worker process (uvicorn's factory): its own replica of the gateway."""
+    from gateway.app import create_app
+
+    return create_app(Settings.model_validate_json(settings_json))
+
+
+def _run_workers(settings: Settings) -> None:
+    """``workers`` processes share one listening socket, bound here; the embedded servers
+    started above are shared by all. uvicorn's supervisor restarts a worker that dies and
+    stops them all on Ctrl-C / SIGTERM. Each worker builds its app itself (a factory, so
+    nothing but the settings crosses the process boundary) and so is a replica of its own:
+    its owner id, inbox and heartbeat, like a gateway on another host."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        functools.partial(worker_app, settings.model_dump_json()), factory=True, workers=settings.workers,
+        host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log,
+        timeout_graceful_shutdown=10,
+    )
+    sock = config.bind_socket()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
 
 
 def _quiet_stop_server() -> type:

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway import redis_client
 from scheduler.policy.order import PolicyName
 
 
@@ -89,6 +90,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     redis_url: str | None = None  # omitted: an embedded Valkey server is started
+    workers: int = Field(default=1, ge=1, le=64)  # processes on one port, each a full replica
     key_prefix: str = Field(default="triage", pattern=r"^[A-Za-z0-9_.:-]+$")
     policy: PolicyName = PolicyName.SHORT_FIRST
     allow_oracle: bool = False  # the oracle policy trusts a header: benchmarks only
@@ -183,6 +185,13 @@ class Settings(BaseSettings):
     # embedded defaults (no backends configured)
     simulator_profile: str = "llama-8b-h100"
     simulator_model: str = "sim-model"
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value:
+            redis_client.parse(value)  # one server, redis+cluster:// or redis+sentinel:// (ValueError)
+        return value
 
     @field_validator("predictor_weights", mode="before")
     @classmethod

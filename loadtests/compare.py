@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import redis
 import yaml
 
+from gateway import redis_client
 from gateway.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
 from loadtests.arrivals import ArrivalSpec, Process
@@ -226,7 +226,7 @@ def load_config(cfg: CompareConfig, workload: Workload, urls: tuple[str, ...], r
 
 
 def copy_hash(redis_url: str, key: str) -> dict[bytes, bytes]:
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client.sync_client(redis_url)
     try:
         return dict(client.hgetall(key))  # type: ignore[arg-type]
     finally:
@@ -234,7 +234,7 @@ def copy_hash(redis_url: str, key: str) -> dict[bytes, bytes]:
 
 
 def paste_hash(redis_url: str, key: str, fields: dict[bytes, bytes]) -> None:
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client.sync_client(redis_url)
     try:
         client.hset(key, mapping=fields)  # type: ignore[arg-type]
     finally:

@@ -1,4 +1,4 @@
-"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis``,
+"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis|fleet``,
 ``predictor eval``, ``predictor finetune``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the
@@ -21,7 +21,7 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.reload import ConfigSource
     from gateway.serve import run
 
-    flags = {"host": args.host, "port": args.port, "policy": args.policy}
+    flags = {"host": args.host, "port": args.port, "policy": args.policy, "workers": args.workers}
     path = Path(args.config) if args.config else None
     run(load_settings(path, **flags), ConfigSource(path, flags))  # the source: reloaded on SIGHUP
     return 0
@@ -67,6 +67,12 @@ def bench_redis(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def bench_fleet(args: argparse.Namespace) -> int:
+    from loadtests.fleet import run
+
+    return run(args)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The flags of the load tools are added only when ``command`` needs them: their
     imports (plotting, progress bars) would slow every ``triage serve``."""
@@ -75,6 +81,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     load_tools = command in ("loadtest", "bench")
     if load_tools:
         from loadtests.cli import add_compare_arguments, add_loadtest_arguments
+        from loadtests.fleet import add_arguments as add_fleet_arguments
         from loadtests.overhead.cli import add_arguments as add_overhead_arguments
 
     parser = argparse.ArgumentParser(prog="triage", description="Priority-scheduling gateway for LLM inference")
@@ -85,6 +92,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--policy", choices=["fifo", "short_first", "strict_priority", "oracle"], default=None)
+    p.add_argument("--workers", type=int, default=None, help="worker processes on the port, each a full replica")
     p.set_defaults(func=serve)
 
     p = sub.add_parser("sim", help="run one simulated GPU backend")
@@ -112,6 +120,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         add_redis_arguments(b)
     b.set_defaults(func=bench_redis)
+    b = bsub.add_parser("fleet", help="many gateway replicas and many backends on one Redis: limits, order, Redis CPU")
+    if load_tools:
+        add_fleet_arguments(b)
+    b.set_defaults(func=bench_fleet)
 
     p = sub.add_parser("predictor", help="the output-length predictor")
     psub = p.add_subparsers(dest="action", required=True)

@@ -1,7 +1,8 @@
 """``triage bench overhead`` (also ``python -m loadtests.overhead``): the flags and the run.
 
 The order of a run: start the simulator and every target; then for each offered rate,
-each target in turn (direct, fifo, short_first, litellm), one open-loop step; then
+each target in turn (direct, fifo, short_first, litellm, then short_first with
+``--workers`` processes), one open-loop step; then
 the non-streamed series; then the relay experiment; then stop every child by PID.
 All targets stay up for the whole run, so every step sees the same machine.
 """
@@ -67,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("targets")
     t.add_argument("--targets", type=_names, default=list(ALL_TARGETS),
                    help="comma-separated, from direct,fifo,short_first,litellm (default all)")
+    t.add_argument("--workers", type=_ints, default=[],
+                   help="also short_first with N worker processes (triage serve --workers N), e.g. 2; "
+                        "named short_first_wN (default none)")
     t.add_argument("--litellm-venv", type=Path, default=Path("/tmp/litellm-venv"),
                    help="virtualenv holding litellm[proxy] (default /tmp/litellm-venv)")
     t.add_argument("--redis-url", default=None,
@@ -144,6 +148,20 @@ class Run:
                 self.children.append(target.child)
                 self.targets.append(target)
                 _log(f"litellm at {target.url}, pid {target.child.pid}")
+
+    def start_workers(self) -> None:
+        """``short_first`` again with N worker processes on one port: the same config, so the
+        rows differ by the worker count alone (one shared Valkey per gateway, as above)."""
+        for n in [n for n in self.args.workers if n > 1]:
+            url = self.args.redis_url
+            if not url:
+                valkey, url = start_valkey(f"short_first_w{n}", self.workdir)
+                self.children.append(valkey)
+            target = start_triage("short_first", url, self.sim_url, self.workload.model, self.workdir, workers=n)
+            assert target.child is not None
+            self.children.append(target.child)
+            self.targets.append(target)
+            _log(f"triage {target.name} at {target.url}, pid {target.child.pid} ({n} workers)")
 
     def settle(self, timeout_s: float = 30.0) -> float:
         """Wait for the simulator to hold nothing and every child to go quiet (under 5 %
@@ -253,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     try:
         bench.start()
+        bench.start_workers()
         bench.idle_cpu(1.0 if args.smoke else 3.0)
         stream_steps = bench.series(args.rates, True)
         roundtrips = bench.roundtrips()

@@ -121,22 +121,25 @@ def start_valkey(name: str, workdir: Path) -> tuple[Child, str]:
     return child, url
 
 
-def start_triage(policy: str, redis_url: str, backend_url: str, model: str, workdir: Path) -> Target:
+def start_triage(policy: str, redis_url: str, backend_url: str, model: str, workdir: Path,
+                 workers: int = 1) -> Target:
+    """``workers`` > 1: ``triage serve --workers N`` on one port, named ``<policy>_w<N>``."""
+    name = policy if workers == 1 else f"{policy}_w{workers}"
     port = free_port()
     config = {
-        "host": "127.0.0.1", "port": port, "redis_url": redis_url, "key_prefix": f"ovh-{policy}",
+        "host": "127.0.0.1", "port": port, "redis_url": redis_url, "key_prefix": f"ovh-{name}", "workers": workers,
         "policy": TRIAGE_POLICIES[policy], "max_queue": 100_000, "access_log": False,
         "backends": [{"name": "sim", "url": backend_url, "models": [model],
                       "max_concurrency": 100_000, "adaptive": False}],
     }
-    path = workdir / f"triage-{policy}.yaml"
+    path = workdir / f"triage-{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    child = Child(f"triage {policy}", [sys.executable, "-m", "triage", "serve", "--config", str(path)],
-                  workdir / f"triage-{policy}.log")
+    child = Child(f"triage {name}", [sys.executable, "-m", "triage", "serve", "--config", str(path)],
+                  workdir / f"triage-{name}.log")
     child.spawn()
     url = f"http://127.0.0.1:{port}"
     child.wait_ready(_http_ok(url + "/ready"), 60)
-    return Target(policy, url, child, redis_url)
+    return Target(name, url, child, redis_url)
 
 
 def litellm_binary(venv: Path) -> Path | None:

@@ -1,0 +1,69 @@
+"""The Redis URL forms (a contract) and the clients they give."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import RedisCluster
+
+from gateway import redis_client
+from gateway.redis_client import CLUSTER, SENTINEL, SINGLE, parse
+from gateway.settings import ConfigError, Settings, load_settings
+
+
+@pytest.mark.parametrize(
+    ("url", "kind", "nodes", "master", "db", "tls"),
+    [
+        ("redis://127.0.0.1:6379/5", SINGLE, (), "", 0, False),
+        ("rediss://cache:6380/0", SINGLE, (), "", 0, True),
+        ("redis+cluster://10.0.0.1:7000", CLUSTER, (("10.0.0.1", 7000),), "", 0, False),
+        ("redis+cluster://a:7000,b:7001,c:7002/0", CLUSTER, (("a", 7000), ("b", 7001), ("c", 7002)), "", 0, False),
+        ("rediss+cluster://a:7000,b:7001", CLUSTER, (("a", 7000), ("b", 7001)), "", 0, True),
+        ("redis+sentinel://s1:26379,s2:26379/mymaster", SENTINEL, (("s1", 26379), ("s2", 26379)), "mymaster", 0, False),
+        ("redis+sentinel://s1:26379/mymaster/3", SENTINEL, (("s1", 26379),), "mymaster", 3, False),
+        ("rediss+sentinel://[::1]:26379/m", SENTINEL, (("::1", 26379),), "m", 0, True),
+    ],
+)
+def test_url_forms(url: str, kind: str, nodes: tuple, master: str, db: int, tls: bool) -> None:
+    target = parse(url)
+    assert (target.kind, target.nodes, target.master, target.db, target.tls) == (kind, nodes, master, db, tls)
+
+
+def test_credentials_and_a_description_without_the_password() -> None:
+    target = parse("redis+cluster://app:s%3Acret@a:7000,b:7001")
+    assert (target.username, target.password) == ("app", "s:cret")
+    assert "cret" not in target.describe()
+    assert parse("redis+sentinel://:pw@s1:26379/m").password == "pw"
+    assert "pw" not in parse("redis://:pw@host:6379/0").describe()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://a:1", "unsupported Redis URL scheme"),
+        ("redis+cluster://", "names no host:port"),
+        ("redis+cluster://a", "not host:port"),
+        ("redis+cluster://a:1/2", "only database 0"),
+        ("redis+sentinel://a:1", "names its master"),
+        ("redis+sentinel://a:1/m/x", "is not a number"),
+    ],
+)
+def test_bad_urls_say_what_is_wrong(url: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        parse(url)
+
+
+def test_settings_reject_a_bad_url_at_load_time(tmp_path) -> None:
+    path = tmp_path / "triage.yaml"
+    path.write_text("redis_url: redis+sentinel://a:1\n")
+    with pytest.raises(ConfigError, match="names its master"):
+        load_settings(path)
+    assert Settings(redis_url="redis+cluster://a:1,b:2").redis_url == "redis+cluster://a:1,b:2"
+
+
+async def test_a_cluster_url_gives_a_cluster_client_seeded_with_every_node() -> None:
+    client = redis_client.command_client("redis+cluster://127.0.0.1:7000,127.0.0.1:7001", "t")
+    assert isinstance(client, RedisCluster)
+    assert {(n.host, n.port) for n in client.nodes_manager.startup_nodes.values()} == {
+        ("127.0.0.1", 7000), ("127.0.0.1", 7001)
+    }
+    await client.aclose()

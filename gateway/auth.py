@@ -25,6 +25,7 @@ class Principal:
     admin: bool
     key_id: str = ""  # "" for the open gateway's anonymous caller
     quotas: QuotaLimits | None = None  # the key's own limits
+    trust_hints: bool = False  # may send x-triage-expected-tokens (api_keys[].trust_hints)
 
 
 def quota_limits(q: QuotaSettings | None) -> QuotaLimits | None:
@@ -38,7 +39,8 @@ class Authenticator:
         self._store = store
         self.config_keys: list[ApiKeySettings] = []
         self._keys: dict[str, Principal] = {}
-        self._open = Principal("default", settings.tiers[0], True)
+        # open mode (no keys): one operator's own traffic, hints and all
+        self._open = Principal("default", settings.tiers[0], True, trust_hints=True)
         self._tiers = list(settings.tiers)  # most urgent first
         self.reload(settings)
 
@@ -46,7 +48,7 @@ class Authenticator:
         """The config file's keys, replaced whole (a removed key is refused from now on)."""
         self.config_keys = list(settings.api_keys)
         self._keys = {
-            k.sha256: Principal(k.tenant, k.tier, k.admin, k.key_id, quota_limits(k.quotas))
+            k.sha256: Principal(k.tenant, k.tier, k.admin, k.key_id, quota_limits(k.quotas), trust_hints=k.trust_hints)
             for k in settings.api_keys
         }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ class RequestContext:
     def echo_id(self) -> str:
         """The x-request-id the client gets back: its own if it sent one, else ours."""
         return self.client_request_id or self.request_id
+    on_length: Callable[[int], None] | None = None  # told the reply's real output tokens, once known
 
 
 async def until_disconnect(watch: DisconnectWatch, work: asyncio.Future[Any], patience_s: float | None = None) -> Any:

@@ -107,6 +107,8 @@ class Exchange:
             return
         self._finished = True
         self.proxy.scheduler.complete(self.adm, self.grant, result, time.monotonic() - self.sent_at)
+        if result.tokens is not None and self.ctx.on_length is not None:
+            self.ctx.on_length(result.tokens)
         self.ctx.trace.call_done(  # after the slot is back
             self.call, result.tokens, result.ok, result.status, result.tpot_s, self.reply
         )

@@ -9,11 +9,15 @@ work to ``Proxy``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from gateway.auth import Principal
+from gateway.body import CLOSE, DRAIN_TIME_S, drain, read_body
 from gateway.context import RequestContext, client_request_id, new_request_id
 from gateway.disconnect import ClientGone
 from gateway.errors import GatewayError
@@ -29,17 +33,17 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise GatewayError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GatewayError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _hint(gw: Gateway, principal: Principal, value: str | None) -> tuple[int | None, Callable[[int], None] | None]:
+    """x-triage-expected-tokens, believed from a key allowed to send it (``trust_hints``)
+    while its tenant's replies bear its hints out (``gateway.hints``); from any other key
+    the header is checked, then ignored: a hint decides the queue order. Also what to
+    tell of the reply's real length."""
+    hint = parse_int_header(value, "x-triage-expected-tokens")
+    if hint is None or not principal.trust_hints:
+        return None, None
+    tenant = principal.tenant
+    believed = hint if gw.hints.trusted(tenant) else None
+    return believed, partial(gw.hints.observe, tenant, hint)
 
 
 async def _inference(request: Request, endpoint: Endpoint) -> Response:
@@ -50,26 +54,34 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     echo_id = client_id or request_id
     trace = gw.telemetry.begin(headers, endpoint.operation, endpoint.value)
     trace.client_request_id(client_id)
+    raw: bytes | None = None
     try:
         principal = gw.auth.authenticate(headers.get("authorization"))
         trace.principal(request_id, principal.tenant, principal.key_id)
-        raw = await _read_body(request, gw.settings.max_body_bytes)
+        raw = await read_body(request.receive, headers, gw.settings.max_body_bytes, gw.settings.body_timeout_s)
         req = parse(raw, endpoint, gw.settings.max_tokens_limit)
         timeout_ms = parse_int_header(headers.get("x-triage-timeout-ms"), "x-triage-timeout-ms")
+        hint, on_length = _hint(gw, principal, headers.get("x-triage-expected-tokens"))
         ctx = RequestContext(
             request_id=request_id,
             principal=principal,
             tier=gw.auth.tier(principal, headers.get("x-triage-priority")),
-            hint=parse_int_header(headers.get("x-triage-expected-tokens"), "x-triage-expected-tokens"),
+            hint=hint,
             oracle_tokens=parse_int_header(headers.get("x-triage-oracle-tokens"), "x-triage-oracle-tokens"),
             timeout_s=timeout_ms / 1000 if timeout_ms is not None else gw.settings.queue_timeout_s,
             trace=trace,
             client_request_id=client_id,
+            on_length=on_length,
         )
         response = await gw.proxy.handle(request, req, ctx)
     except GatewayError as exc:
         trace.end(exc.status, exc.code or exc.type)
-        return exc.response(echo_id)
+        answer = exc.response(echo_id)
+        if raw is None:  # refused before the body was read (a bad key, a body too large or too slow)
+            if exc.status not in (408, 413):
+                await drain(request.receive, gw.settings.max_body_bytes, DRAIN_TIME_S)
+            answer.headers.update(CLOSE)  # what is left of the body is not a next request
+        return answer
     except ClientGone:
         trace.end(499, Outcome.CLIENT_GONE)
         return Response(status_code=499, headers={"x-request-id": echo_id})

@@ -64,6 +64,7 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.connections import server_options
     from gateway.drain import draining_server
     from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
 
@@ -104,8 +105,7 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
             return
         app = create_app(settings, source=source)
         config = uvicorn.Config(
-            app, host=settings.host, port=settings.port, log_level="info",
-            access_log=settings.access_log, timeout_graceful_shutdown=10,
+            app, log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
         )
         # the first SIGTERM / SIGINT drains (gateway/drain.py), a second one stops at once
         draining_server(_quiet_stop_server(), config, app.state.drain).run()
@@ -127,10 +127,11 @@ def _run_workers(settings: Settings) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
+    from gateway.connections import server_options
+
     config = uvicorn.Config(
         functools.partial(worker_app, settings.model_dump_json()), factory=True, workers=settings.workers,
-        host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log,
-        timeout_graceful_shutdown=10,
+        log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
     )
     sock = config.bind_socket()
     try:

@@ -82,6 +82,7 @@ class ApiKeySettings(BaseModel):
     @property
     def key_id(self) -> str:
         return self.id or f"cfg-{self.sha256[:12]}"
+    trust_hints: bool = False  # may send x-triage-expected-tokens (else the header is ignored)
 
 
 class Settings(BaseSettings):
@@ -178,6 +179,12 @@ class Settings(BaseSettings):
     request_log: bool = False
     # the cluster-wide view: each replica publishes its stats window this often
     stats_publish_s: float = Field(default=2.0, gt=0)
+    # slow, idle and too many clients (gateway/connections.py; docs/configuration.md)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head, from its first byte
+    body_timeout_s: float = Field(default=30.0, gt=0)  # the whole body, once the head is in
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)  # idle between requests on one connection
+    max_connections: int = Field(default=1000, ge=0)  # per replica; past it 503 (not /health); 0: no cap
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)  # request line and headers
 
     # telemetry (exporters follow the standard OTEL_* environment; see gateway/telemetry/hub.py)
     trace_content: bool = False  # record prompts and completions on spans: they may hold personal data

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator
 from gateway.drain import Drain
+from gateway.hints import HintTrust
 from gateway.keystore import KeyStore
 from gateway.proxy import Proxy
 from gateway.settings import Settings
@@ -30,6 +31,7 @@ class Gateway:
     drain: Drain
     keys: KeyStore
     quotas: Quotas
+    hints: HintTrust = field(default_factory=HintTrust)  # whose length hints hold
 
     async def redis_ok(self) -> bool:
         try:

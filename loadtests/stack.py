@@ -49,6 +49,10 @@ class Child:
         raise StackError(f"{self.name} was not ready on {self.url}{ready_path} within {timeout_s:.0f} s; "
                          f"see {self._log_path}")
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def stop(self, grace_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
         stop_child(proc, grace_s)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from simulator.testing import running_app
+import uvicorn
 
-__all__ = ["MODEL", "ROOT", "eventually", "running_app"]
+from gateway.settings import Settings
+from simulator.testing import running_app, serving
+
+__all__ = ["MODEL", "ROOT", "eventually", "running_app", "serving_gateway"]
 
 MODEL = "sim-model"  # the model the shared simulator serves
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -27,3 +31,16 @@ async def eventually(condition: Callable[[], Awaitable[bool] | bool], within_s: 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {within_s} s")
         await asyncio.sleep(0.01)
+
+
+def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str]:
+    """Serve a gateway as ``triage serve`` does (its connection limits included), on a free port."""
+    from gateway.app import create_app
+    from gateway.connections import server_options
+
+    def config(port: int) -> uvicorn.Config:
+        options = {**server_options(settings), "port": port}
+        return uvicorn.Config(create_app(settings), log_level="warning", lifespan="on",
+                              timeout_graceful_shutdown=2, **options)
+
+    return serving(config, settings.host)

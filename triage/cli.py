@@ -1,4 +1,4 @@
-"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis|fleet``,
+"""The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis|fleet|chaos``,
 ``predictor eval``, ``predictor finetune``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the
@@ -73,6 +73,12 @@ def bench_fleet(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def bench_chaos(args: argparse.Namespace) -> int:
+    from loadtests.chaos.cli import run
+
+    return run(args)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The flags of the load tools are added only when ``command`` needs them: their
     imports (plotting, progress bars) would slow every ``triage serve``."""
@@ -80,6 +86,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     load_tools = command in ("loadtest", "bench")
     if load_tools:
+        from loadtests.chaos.cli import add_arguments as add_chaos_arguments
         from loadtests.cli import add_compare_arguments, add_loadtest_arguments
         from loadtests.fleet import add_arguments as add_fleet_arguments
         from loadtests.overhead.cli import add_arguments as add_overhead_arguments
@@ -124,6 +131,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if load_tools:
         add_fleet_arguments(b)
     b.set_defaults(func=bench_fleet)
+    b = bsub.add_parser("chaos", help="fuzz, disconnect storm, slow clients and soak (docs/benchmarks/reliability.md)")
+    if load_tools:
+        add_chaos_arguments(b)
+    b.set_defaults(func=bench_chaos)
 
     p = sub.add_parser("predictor", help="the output-length predictor")
     psub = p.add_subparsers(dest="action", required=True)

@@ -117,9 +117,17 @@ def slot(name: str, bits: int) -> int:
     return zlib.crc32(name.encode()) & ((1 << bits) - 1)
 
 
+TEMPLATE_BUCKETS = 4096  # system prompts per model and tenant told apart: bounds the learned state
+
+
 def template_key(inp: PredictInput) -> str:
-    """Who shares a length profile: same model, tenant and system prompt."""
-    return f"{inp.model}|{inp.tenant}|{zlib.crc32(inp.system.encode()):08x}"
+    """Who shares a length profile: same model, tenant and system prompt.
+
+    The system prompt's hash is folded into ``TEMPLATE_BUCKETS``: a client that sends a
+    new system prompt with every request (a user name or date in it) would otherwise
+    grow the predictor's state, here and in Redis, by four fields a request, forever.
+    Two templates that share a bucket share a correction."""
+    return f"{inp.model}|{inp.tenant}|{zlib.crc32(inp.system.encode()) % TEMPLATE_BUCKETS:03x}"
 
 
 def _bucket(x: float) -> int:

@@ -62,7 +62,7 @@ async def test_tokens_are_reserved_then_settled_to_what_was_used(
     """A request that predicted 1 output token and used 100 is charged 100: the next
     request's reservation then no longer fits, though it would have beside the estimate."""
     backends = [{"name": "sim", "url": sim_url, "models": [MODEL]}]
-    url = gateway_factory(backends, api_keys=keys(("k1", "t1", {"quotas": {"tokens_per_minute": 120}})))
+    url = gateway_factory(backends, api_keys=keys(("k1", "t1", {"quotas": {"tokens_per_minute": 120}, "trust_hints": True})))
     hint = {"x-triage-expected-tokens": "1"}
     async with httpx.AsyncClient(timeout=30) as http:
         first = await http.post(url + CHAT, json=chat(100), headers={**bearer("k1"), **hint})

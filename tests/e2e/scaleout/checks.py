@@ -10,6 +10,7 @@ import httpx
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.state import backend_states
 from tests.support import eventually
 
 
@@ -17,7 +18,7 @@ async def leases_held(r: Redis, prefix: str, pool: str) -> tuple[int, int]:
     """(lease records, slots counted busy) in one pool."""
     keys = PoolKeys(prefix, pool)
     leases = int(await r.zcard(keys.leases))
-    busy = sum(int(float(v)) for v in (await r.hgetall(keys.busy)).values())
+    busy = sum(b.busy for b in (await backend_states(r, keys)).values())
     return leases, busy
 
 

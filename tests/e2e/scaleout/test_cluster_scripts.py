@@ -11,6 +11,7 @@ import uuid
 from redis.crc import key_slot
 
 from gateway import redis_client
+from scheduler.queue import state
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import FIXED, NAMED, PoolKeys
 from scheduler.queue.scripts import Scripts, Timing
@@ -47,6 +48,7 @@ async def test_scripts_and_a_pushed_grant_on_a_cluster(cluster: Cluster, prefix:
         await a.start()
         await b.start()
         await a.publish_backend("m", BackendRecord("b1", 1, models=("m",)))  # backend.lua
+        await b.publish_backend("m", BackendRecord("b1", 1, models=("m",)))  # b can call it too
         held = await a.acquire(ticket(), "m")  # enqueue.lua, granted in its reply
         gone = ticket()
         withdrawn = asyncio.create_task(b.acquire(gone, "m"))
@@ -74,4 +76,4 @@ async def _queued(redis, queue: str, n: int) -> bool:
 
 
 async def _busy(redis, prefix: str, n: int) -> bool:
-    return int(await redis.hget(PoolKeys(prefix, "m").busy, "b1") or 0) == n
+    return await state.busy(redis, PoolKeys(prefix, "m"), "b1") == n

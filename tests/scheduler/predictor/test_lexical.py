@@ -347,3 +347,15 @@ def test_cv_average_scores_the_mean_of_runs(tmp_path: Path, capsys: pytest.Captu
     assert "1.0:1.0000" in out[-1] and out[-1].startswith("mean of 2")
     (tmp_path / "short.jsonl").write_bytes(orjson.dumps({"seed": 0, "epoch": 1, "logs": [1.0], "lexical": [1.0]}))
     assert cv_main(["--data-dir", str(tmp_path), "--average", str(tmp_path / "short.jsonl")]) == 2
+
+
+def test_a_new_system_prompt_per_request_does_not_grow_the_state_without_bound() -> None:
+    """Templates are told apart by a bucket of their system prompt's hash, so what is
+    learned stays bounded however many distinct system prompts arrive."""
+    from scheduler.predictor.features import TEMPLATE_BUCKETS
+
+    predictor = LengthPredictor(PredictorConfig())
+    for i in range(3 * TEMPLATE_BUCKETS):
+        predictor.observe(ask(system=f"You are helping user {i}."), 100)
+    groups = {field.split(":", 1)[1] for field in predictor._state.values if field.startswith("c:")}
+    assert len(groups) <= TEMPLATE_BUCKETS

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from gateway import admin, admin_keys, redis_client
 from gateway.auth import Authenticator, quota_limits
+from gateway.backoff import Backoff
 from gateway.drain import Drain, InFlight
 from gateway.errors import GatewayError
 from gateway.keystore import KeyStore
@@ -27,6 +28,7 @@ from gateway.state import Gateway
 from gateway.telemetry.hub import OtelConfig, Telemetry
 from gateway.upstream.client import Upstream, make_client
 from gateway.upstream.probe import HttpProbe
+from gateway.upstream.refusal import Cooldown
 from scheduler.backends.registry import BackendConfig, BackendRegistry
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
@@ -77,6 +79,10 @@ def policy_params(settings: Settings) -> PolicyParams:
         },
         tenant_weights=dict(settings.tenant_weights),
     )
+
+
+def cooldown(settings: Settings) -> Cooldown:
+    return Cooldown(settings.overload_cooldown_s, settings.overload_cooldown_max_s)
 
 
 def quota_config(settings: Settings) -> tuple[QuotaLimits, dict[str, QuotaLimits]]:
@@ -157,10 +163,12 @@ def create_app(
         keystore = KeyStore(redis, settings.key_prefix, settings.key_sync_s)
         defaults, tenants = quota_config(settings)
         quotas = Quotas(redis, settings.key_prefix, defaults, tenants, settings.lease_ttl_s, settings.heartbeat_s)
+        scheduler = Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
+                              settings.quantum_tokens, settings.no_backend_grace_s)
+        backoff = Backoff(scheduler, cooldown(settings), settings.overload_max_attempts)
         gateway = Gateway(
             settings, redis, dispatcher, registry, Authenticator(settings, keystore),
-            Proxy(Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
-                            settings.quantum_tokens), Upstream(client), quotas),
+            Proxy(scheduler, Upstream(client), quotas, backoff),
             telemetry, drain, keystore, quotas,
         )
         drain.bind(dispatcher.hand_back)

@@ -4,15 +4,19 @@ tier, hints and deadline, and its trace; and waiting on work while watching the 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.auth import Principal
 from gateway.disconnect import ClientGone, DisconnectWatch
 from gateway.telemetry.tracing import RequestTrace
+
+if TYPE_CHECKING:
+    from scheduler.service import Admission, Scheduler
 
 
 class StillQueued(Exception):
@@ -28,6 +32,12 @@ class RequestContext:
     oracle_tokens: int | None  # x-triage-oracle-tokens (oracle policy only)
     timeout_s: float
     trace: RequestTrace  # spans and metrics of this request
+    client_request_id: str | None = None  # the client's own x-request-id, when it sent a valid one
+
+    @property
+    def echo_id(self) -> str:
+        """The x-request-id the client gets back: its own if it sent one, else ours."""
+        return self.client_request_id or self.request_id
     on_length: Callable[[int], None] | None = None  # told the reply's real output tokens, once known
 
 
@@ -48,5 +58,31 @@ async def until_disconnect(watch: DisconnectWatch, work: asyncio.Future[Any], pa
     raise ClientGone()
 
 
+async def queued_comments(
+    scheduler: Scheduler, adm: Admission, work: asyncio.Future[Any], every_s: float
+) -> AsyncGenerator[bytes, None]:
+    """SSE keep-alive comments with the request's place, every ``every_s`` until ``work`` is done."""
+    while not work.done():
+        position = await scheduler.position(adm)
+        if position is None:
+            yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
+        else:
+            rate = scheduler.drain_rate(adm)
+            eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
+            yield f": queued position={position}{eta}\n\n".encode()
+        await asyncio.wait({work}, timeout=every_s)
+
+
 def new_request_id() -> str:
     return f"req-{uuid.uuid4().hex}"
+
+
+MAX_CLIENT_REQUEST_ID = 128
+_CLIENT_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_CLIENT_REQUEST_ID}}}")
+
+
+def client_request_id(value: str | None) -> str | None:
+    """A client's ``x-request-id`` when it is one we can echo: printable ASCII without
+    spaces, at most 128 characters; else None (ours is used). It is echoed and traced,
+    never used as a key: tickets and leases keep our own id, unique per request."""
+    return value if value is not None and _CLIENT_ID.fullmatch(value) else None

@@ -82,3 +82,17 @@ def draining(message: str = "This gateway replica is shutting down; retry the re
 
 def upstream_failed(detail: str) -> GatewayError:
     return GatewayError(502, f"the inference backend failed: {detail}", "upstream_error", "bad_gateway")
+
+
+def backend_overloaded(status: int, retry_after_s: float | None) -> GatewayError:
+    """Our own answer once a request that backends refused as overloaded can wait no
+    longer (its deadline, or no backend free before it): their status (429 or 503)."""
+    if status == 429:
+        return GatewayError(
+            429, "The model's backends are rate limited; the request could not be served before its deadline.",
+            "rate_limit_error", "backend_overloaded", retry_after_s=retry_after_s or 1.0,
+        )
+    return GatewayError(
+        503, "The model's backends are overloaded; the request could not be served before its deadline.",
+        "service_unavailable", "backend_overloaded", retry_after_s=retry_after_s or 1.0,
+    )

@@ -8,7 +8,9 @@ an explicit error, with its slot given back whatever happens.
 
 A streaming request still queued after ``comment_after_s`` gets its 200 and SSE
 comment lines (``: queued position=N eta_ms=M``) every second while it waits; an
-error after that point travels as an SSE error event.
+error after that point travels as an SSE error event, and its queue time, which no
+header could carry, comes as a comment (``: x-triage-queue-ms=N``) before ``[DONE]``.
+A backend's 429/503 before the first byte queues the request again (``backoff.py``).
 """
 
 from __future__ import annotations
@@ -22,19 +24,25 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.context import RequestContext, StillQueued, until_disconnect
+from gateway.backoff import Backoff
+from gateway.context import RequestContext, StillQueued, queued_comments, until_disconnect
 from gateway.disconnect import DisconnectWatch
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
-from gateway.relay import RelayResponse, StreamStats, relay_events, sse_error
+from gateway.exchange import Exchange
+from gateway.relay import RelayResponse, StreamStats, sse_error
 from gateway.resume import PAUSED, Transcript, continuation_body, resumable
 from gateway.schemas import Endpoint, InferenceRequest
-from gateway.telemetry.tracing import BackendCall, Reply
-from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
+from gateway.upstream.client import Upstream, UpstreamError
+from gateway.upstream.refusal import client_error
 from scheduler.errors import NoBackend, SchedulerError
 from scheduler.policy.quota import reserve_tokens
 from scheduler.quota import Hold, Quotas
 from scheduler.service import Admission, Scheduler
-from scheduler.types import CallResult, Grant, Outcome, PredictInput
+from scheduler.types import CallResult, Grant, PredictInput
+
+
+def _sse(error: GatewayError) -> bytes:
+    return sse_error(error.message, error.type, error.code)
 
 
 def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
@@ -42,136 +50,17 @@ def _refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
     return from_scheduler(exc)
 
 
-class Exchange:
-    """One request's state between the scheduler and the backend."""
-
-    def __init__(self, proxy: Proxy, req: InferenceRequest, ctx: RequestContext, adm: Admission) -> None:
-        self.proxy, self.req, self.ctx, self.adm = proxy, req, ctx, adm
-        self.grant: Grant | None = None
-        self.response: httpx.Response | None = None  # an open upstream stream
-        self.sent_at = 0.0  # when the upstream call was sent
-        self.call: BackendCall | None = None  # the backend call's span
-        self.reply: Reply | None = None  # usage and timing of the answer, once known
-        self.paused = False  # its slot went to more urgent work: the stream is being closed
-        self.hold: Hold | None = None  # its share of its quotas, settled when it ends
-        self._closing: asyncio.Task[None] | None = None
-        self._finished = False
-
-    def again(self, adm: Admission) -> Exchange:
-        """A fresh exchange for a retry of the same request."""
-        fresh = Exchange(self.proxy, self.req, self.ctx, adm)
-        fresh.hold = self.hold
-        return fresh
-
-    def settle(self, usage: dict[str, int] | None) -> None:
-        """The request is over: its quotas learn what it really used. Once (``Hold``).
-        Usage unknown: nothing if it never reached a backend, else the reservation stands."""
-        if self.hold is None:
-            return
-        if usage and isinstance(usage.get("prompt_tokens"), int):
-            real: int | None = usage["prompt_tokens"] + int(usage.get("completion_tokens") or 0)
-        else:
-            real = 0 if self.grant is None else None
-        self.hold.settle(real)
-
-    def headers(self) -> dict[str, str]:
-        headers = {"x-request-id": self.ctx.request_id, "x-triage-class": self.adm.placement.cls.value}
-        if self.hold is not None:
-            headers.update(self.hold.headers.headers())
-        if self.grant is not None:
-            headers["x-triage-queue-ms"] = f"{self.grant.queued_s * 1000:.1f}"
-            headers["x-triage-backend"] = self.grant.backend
-        return headers
-
-    def restart(self, adm: Admission, grant: Grant) -> None:
-        """The next part of a paused request, on a new grant."""
-        self.adm, self.grant, self.response, self.call, self.reply = adm, grant, None, None, None
-        self.paused, self._finished = False, False
-
-    def pause(self) -> None:
-        """The dispatch script gave this request's slot away: close the upstream stream
-        (the engine aborts it); the relay notices, and the request is resumed later."""
-        self.paused = True
-        if self.response is not None:
-            self._closing = asyncio.get_running_loop().create_task(self.response.aclose())
-
-    async def open(self, body: bytes | None = None) -> httpx.Response:
-        assert self.grant is not None
-        route = self.proxy.scheduler.route(self.adm, self.grant)
-        body = body if body is not None else self.req.upstream_body(route.priority)
-        self.ctx.trace.dispatched(self.grant)
-        self.call = self.ctx.trace.call(route.backend, self.req)
-        headers = headers_for(route.backend, self.ctx.request_id, self.call.headers)
-        call = UpstreamCall(route.backend, self.req.endpoint.value, body, headers)
-        self.sent_at = time.monotonic()
-        self.response = await self.proxy.upstream.open(call, stream=self.req.stream)
-        return self.response
-
-    def finish(self, result: CallResult) -> None:
-        """Give the slot back and tell the scheduler how the call went. Once."""
-        if self._finished or self.grant is None:
-            return
-        self._finished = True
-        self.proxy.scheduler.complete(self.adm, self.grant, result, time.monotonic() - self.sent_at)
-        if result.tokens is not None and self.ctx.on_length is not None:
-            self.ctx.on_length(result.tokens)
-        self.ctx.trace.call_done(  # after the slot is back
-            self.call, result.tokens, result.ok, result.status, result.tpot_s, self.reply
-        )
-
-    async def read_refusal(self, response: httpx.Response) -> None:
-        """The whole body of a non-200 answer to a stream; one that breaks off is a 502."""
-        try:
-            with upstream_errors():
-                await response.aread()
-        except UpstreamError as exc:
-            self.finish(CallResult.failed())
-            raise upstream_failed(f"its error answer broke off: {exc}") from None
-
-    def finish_response(self, response: httpx.Response) -> None:
-        """A whole (non-streamed, or refused) answer."""
-        status = response.status_code
-        self.reply = Reply.from_body(response.content) if status == 200 else None
-        tokens = self.reply.tokens("completion_tokens") if self.reply else None
-        tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
-        self.finish(CallResult(status < 500, status, tokens, None, tpot))
-
-    async def close_stream(self, stats: StreamStats) -> None:
-        """The end of a stream, however it ended: close the upstream, then finish."""
-        if self.response is not None:
-            await self.response.aclose()
-        tokens = stats.usage.get("completion_tokens") if stats.usage else None
-        stats.started = self.sent_at
-        self.reply = Reply.from_stream(stats)
-        self.finish(CallResult(
-            stats.error is None, 200, tokens if stats.completed else None, stats.ttft_s, stats.tpot_s(tokens)
-        ))
-        self.settle(stats.usage)
-        gone = Outcome.CLIENT_GONE if stats.client_gone else None
-        self.ctx.trace.end(200, Outcome.STREAM_BROKEN if stats.error else gone)
-
-    async def close_part(self) -> None:
-        """A paused part ends: its upstream closed, its slot already given away (nothing
-        learned, the backend not blamed)."""
-        if self._closing is not None:
-            await self._closing
-        if self.response is not None:
-            await self.response.aclose()
-        self.finish(CallResult.client_gone())
-
-    def relay(self, stats: StreamStats) -> AsyncGenerator[bytes, None]:
-        assert self.response is not None
-        return relay_events(self.response, self.req.include_usage, stats)
-
-
 class Proxy:
     comment_after_s = 1.0  # a queued stream starts and shows its place after this long
     comment_every_s = 1.0
 
-    def __init__(self, scheduler: Scheduler, upstream: Upstream, quotas: Quotas | None = None) -> None:
+    def __init__(
+        self, scheduler: Scheduler, upstream: Upstream, quotas: Quotas | None = None, backoff: Backoff | None = None
+    ) -> None:
         self.scheduler = scheduler
         self.upstream = upstream
         self.quotas = quotas  # None: no quota is configured anywhere
+        self.backoff = backoff or Backoff(scheduler)  # what a backend's 429/503 does
 
     async def _charge(self, req: InferenceRequest, ctx: RequestContext, adm: Admission) -> Hold | None:
         """Admission against the tenant's and the key's quotas, before the request is queued."""
@@ -195,7 +84,7 @@ class Proxy:
         )
         try:
             adm = await self.scheduler.admit(inp, ctx.tier, ctx.timeout_s, ctx.request_id, ctx.oracle_tokens)
-        except NoBackend as exc:
+        except NoBackend as exc:  # BackendsDown included
             raise from_scheduler(exc) from None
         ctx.trace.enqueued(req, adm.placement, adm.ticket, adm.pool)
         exchange = Exchange(self, req, ctx, adm)
@@ -213,7 +102,7 @@ class Proxy:
                         watch, work, self.comment_after_s if req.stream else None
                     )
             except SchedulerError as exc:
-                raise _refused(ctx, exc) from None
+                raise _refused(ctx, self.scheduler.explain(adm, exc)) from None
             except StillQueued:
                 stats = StreamStats()
                 body = self._queued_stream(exchange, work, stats)
@@ -257,6 +146,9 @@ class Proxy:
     async def _call(self, watch: DisconnectWatch, exchange: Exchange) -> Response:
         try:
             exchange, response = await self._open_with_retry(watch, exchange)
+            while self.backoff.applies(response):
+                await self.backoff.again(watch, exchange, response)
+                exchange, response = await self._open_with_retry(watch, exchange)
         except BaseException:
             exchange.finish(CallResult.client_gone())
             raise
@@ -274,6 +166,9 @@ class Proxy:
                 await response.aclose()
         exchange.finish_response(response)
         exchange.settle(exchange.reply.usage if exchange.reply else None)
+        if response.status_code != 200:
+            body = client_error(response.status_code, response.content)
+            return Response(body, response.status_code, headers=headers, media_type="application/json")
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=headers, media_type=media_type)
 
@@ -281,54 +176,60 @@ class Proxy:
         self, exchange: Exchange, work: asyncio.Future[Grant], stats: StreamStats
     ) -> AsyncGenerator[bytes, None]:
         """The body of a stream that started while queued: comments, then the relay."""
-        adm = exchange.adm
         try:
-            while not work.done():
-                position = await self.scheduler.position(adm)
-                if position is None:
-                    yield b": queued\n\n"  # place unknown (Redis away, or just granted): keep alive
-                else:
-                    rate = self.scheduler.drain_rate(adm)
-                    eta = f" eta_ms={int(position / rate * 1000)}" if rate > 0 else ""
-                    yield f": queued position={position}{eta}\n\n".encode()
-                await asyncio.wait({work}, timeout=self.comment_every_s)
+            async for comment in queued_comments(self.scheduler, exchange.adm, work, self.comment_every_s):
+                yield comment
             exchange.grant = work.result()
         except SchedulerError as exc:
-            error = _refused(exchange.ctx, exc)
-            yield sse_error(error.message, error.type, error.code)
+            yield _sse(_refused(exchange.ctx, self.scheduler.explain(exchange.adm, exc)))
             return
         finally:
             work.cancel()  # the client left while queued: the dispatcher withdraws the ticket
-        if (end := await self._open_in_stream(exchange)) is not None:
-            yield end
+        queued_ms = exchange.grant.queued_s * 1000
+        async for block in self._open_in_stream(exchange):
+            yield block
+        if not exchange.streaming:
             return
-        async for block in self._relay(exchange, stats):
+        async for block in self._relay(exchange, stats, f": x-triage-queue-ms={queued_ms:.1f}\n\n".encode()):
             yield block
 
-    async def _open_in_stream(self, exchange: Exchange, body: bytes | None = None) -> bytes | None:
-        """Call the backend for a stream whose 200 has gone out; None when it answers with
-        a stream, else the last event the client gets instead (the failure as an SSE error)."""
-        try:
-            response = await exchange.open(body)
-        except UpstreamError as exc:
-            exchange.finish(CallResult.failed())
-            error = upstream_failed(str(exc))
-            return sse_error(error.message, error.type, error.code)
-        if response.status_code == 200:
-            return None
-        try:
-            await exchange.read_refusal(response)
-        except GatewayError as error:
-            return sse_error(error.message, error.type, error.code)
-        exchange.finish_response(response)
-        return b"data: " + response.content.strip() + b"\n\n"  # the backend's own error body
+    async def _open_in_stream(self, exchange: Exchange, body: bytes | None = None) -> AsyncGenerator[bytes, None]:
+        """Call the backend for a stream whose 200 has gone out. When it answers with a
+        stream (``exchange.streaming``) this yields at most keep-alive comments (while a
+        request refused as overloaded waits again); else it ends with the event the client
+        gets instead (the failure as an SSE error)."""
+        while True:
+            try:
+                response = await exchange.open(body)
+            except UpstreamError as exc:
+                exchange.finish(CallResult.failed())
+                yield _sse(upstream_failed(str(exc)))
+                return
+            if response.status_code == 200:
+                return
+            if not self.backoff.applies(response):
+                try:
+                    await exchange.read_refusal(response)
+                except GatewayError as error:
+                    yield _sse(error)
+                    return
+                exchange.finish_response(response)
+                yield b"data: " + client_error(response.status_code, response.content) + b"\n\n"  # OpenAI-shaped
+                return
+            async for block in self.backoff.again_in_stream(exchange, response, self.comment_every_s):
+                yield block
+            if exchange.response is not None:  # not restarted on a new grant: it ended in an error
+                return
 
-    async def _relay(self, exchange: Exchange, stats: StreamStats) -> AsyncGenerator[bytes, None]:
-        """Relay the stream; one that may be paused, every part of it as one response."""
+    async def _relay(
+        self, exchange: Exchange, stats: StreamStats, trailer: bytes | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """Relay the stream; one that may be paused, every part of it as one response.
+        ``trailer`` (a comment) goes out just before the stream's ``[DONE]``."""
         assert exchange.grant is not None
         route = self.scheduler.route(exchange.adm, exchange.grant)
         if not (resumable(exchange.req) and self.scheduler.may_pause(route)):
-            async for block in exchange.relay(stats):
+            async for block in exchange.relay(stats, trailer):
                 yield block
             return
         transcript = Transcript(exchange.req.endpoint is Endpoint.CHAT)
@@ -342,7 +243,7 @@ class Proxy:
             assert exchange.grant is not None
             self.scheduler.watch(exchange.grant, transcript.progress, on_pause)
             quantum = transcript.tokens + self.scheduler.quantum_tokens  # a candidate past this
-            async with aclosing(exchange.relay(stats)) as blocks:
+            async with aclosing(exchange.relay(stats, trailer)) as blocks:
                 async for block in blocks:
                     if exchange.paused:
                         break  # what follows the pause (the close breaking the read) is not sent
@@ -379,13 +280,13 @@ class Proxy:
                 finally:
                     work.cancel()  # the client left while paused: the ticket is withdrawn
             except SchedulerError as exc:
-                error = from_scheduler(exc)
-                yield sse_error(error.message, error.type, error.code)
+                yield _sse(from_scheduler(exc))
                 return
             exchange.restart(adm, grant)
             route = self.scheduler.route(adm, grant)
             exchange.ctx.trace.resumed(grant.backend, None)
             body = continuation_body(exchange.req, transcript, route.priority)
-            if (end := await self._open_in_stream(exchange, body)) is not None:
-                yield end
+            async for block in self._open_in_stream(exchange, body):
+                yield block
+            if not exchange.streaming:
                 return

@@ -1,8 +1,9 @@
 """Relay a backend's SSE stream to the client, unchanged but for the usage chunk.
 
-Chunks are forwarded as whole SSE events, byte for byte: nothing is decoded or
-re-encoded except an event that carries a non-null ``usage`` (one per stream), which
-is parsed for the token count and dropped when the client did not ask for it.
+Chunks are forwarded as whole SSE events, byte for byte, in any framing the SSE spec
+allows (``sse.py``): nothing is decoded or re-encoded except an event that carries a
+non-null ``usage`` (one per stream), which is parsed for the token count and dropped
+when it is a usage-only chunk and the client did not ask for it.
 
 ``RelayResponse`` guarantees the cleanup: whatever ends the stream (its end, the
 client leaving, an error), ``on_done`` runs once, outside any cancelled scope, and
@@ -22,14 +23,15 @@ import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gateway import sse
 from gateway.disconnect import ClientGone, DisconnectWatch
 from gateway.errors import error_body
 from gateway.upstream.client import UpstreamError, upstream_errors
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
-_DONE = b"data: [DONE]"
-# a chunk that carries generated text (a first chat chunk often has only the role)
-_CONTENT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
+# a chunk that carries generated text or a tool call (a first chat chunk often has only the role)
+_CONTENT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]|"tool_calls": ?\[ ?\{')
+_DONE = re.compile(rb"(?:^|(?<=[\r\n]))data: ?\[DONE\][ \t]*(?:\r\n|\r|\n)")
 
 
 @dataclass(slots=True)
@@ -56,38 +58,56 @@ class StreamStats:
         return (self.ended_at - self.first_chunk_at) / (tokens - 1)
 
 
-def _is_usage_only(event: bytes) -> bool:
-    return b'"choices":[]' in event or b'"choices": []' in event
-
-
 def _has_usage(block: bytes) -> bool:
     return _USAGE_MARKS[0] in block or _USAGE_MARKS[1] in block
 
 
 async def relay_events(
-    response: httpx.Response, keep_usage: bool, stats: StreamStats
+    response: httpx.Response, keep_usage: bool, stats: StreamStats, trailer: bytes | None = None
 ) -> AsyncGenerator[bytes, None]:
+    """Every complete event the upstream read brought, as one block, as soon as it came.
+
+    The common framing (LF only, as vLLM, SGLang and TGI write it) is cut with one
+    ``rfind``; a stream that shows a CR where no LF LF ends an event (``\r\n`` from
+    sse-starlette, or bare ``\r``) is cut from then on where the spec says an event
+    ends (``sse.event_end``). Either way the
+    bytes go out unchanged, but for the usage chunk. ``trailer`` (a comment) goes
+    out just before ``[DONE]``."""
     pending = b""
+    lf_only = True  # no CR seen so far: events end in LF LF (sticky once a CR shows)
+    lone_lf = False  # a dropped event ended in CR: an LF that starts the next read is its own
     try:
         with upstream_errors():
             async for chunk in response.aiter_raw():
                 data = pending + chunk if pending else chunk
-                cut = data.rfind(b"\n\n")
-                if cut < 0:
-                    pending = data
-                    continue
-                block, pending = data[: cut + 2], data[cut + 2 :]
+                if lone_lf and data:
+                    data, lone_lf = data.removeprefix(b"\n"), False
+                cut = data.rfind(b"\n\n") + 2 if lf_only else 0  # 1: none
+                if cut <= 1:
+                    if not lf_only or b"\r" in data:  # cut where the spec says an event ends
+                        lf_only = False
+                        cut = sse.event_end(data)
+                    if cut <= 1:
+                        pending = data
+                        continue
+                block, pending = data[:cut], data[cut:]
                 if _has_usage(block):
-                    block = _take_usage(block, keep_usage, stats)
-                if block:
-                    if stats.first_chunk_at is None and _CONTENT.search(block):
-                        stats.first_chunk_at = time.monotonic()
-                    stats.events += block.count(b"data: {")
+                    block, lone_lf = _take_usage(block, keep_usage, stats)
+                    if not block:
+                        continue
+                if stats.first_chunk_at is None and _CONTENT.search(block):
+                    stats.first_chunk_at = time.monotonic()
+                stats.events += block.count(b"data:")
+                if b"[DONE]" not in block or (done := _DONE.search(block)) is None:
                     yield block
-                    if _DONE in block:  # the client has the whole answer: whatever happens next,
-                        stats.ended_at = time.monotonic()  # it is complete
-                        stats.completed = True
-            if pending.strip():
+                    continue
+                stats.events -= 1
+                if trailer is not None:
+                    block = block[: done.start()] + trailer + block[done.start() :]
+                yield block
+                stats.ended_at = time.monotonic()  # the client has the whole answer:
+                stats.completed = True  # whatever happens next, it is complete
+            if pending:
                 yield pending
             stats.ended_at = time.monotonic()
             stats.completed = True
@@ -96,22 +116,33 @@ async def relay_events(
         yield sse_error(f"the inference backend failed mid-stream: {stats.error}", "upstream_error", "stream_broken")
 
 
-def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> bytes:
+def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> tuple[bytes, bool]:
+    """Read the usage from the events that carry it; drop a usage-only chunk (the one
+    the gateway asked for) when the client did not ask. A content chunk that carries
+    usage (TGI's way) goes out as it came. Also says whether the block's last event
+    was dropped and ended in CR (an LF that follows is then dropped too)."""
     out: list[bytes] = []
-    for event in block.split(b"\n\n"):
-        if not event:
+    dropped_cr = False
+    for raw in sse.split_events(block):
+        dropped_cr = False
+        if not _has_usage(raw):
+            out.append(raw)
             continue
-        if _has_usage(event) and event.startswith(b"data: "):
+        usage_only = False
+        for event in sse.parse(raw):
             try:
-                usage = orjson.loads(event[6:]).get("usage")
+                chunk = orjson.loads(event.data)
             except orjson.JSONDecodeError:
-                usage = None
-            if isinstance(usage, dict):
-                stats.usage = usage
-            if not keep_usage and _is_usage_only(event):
                 continue
-        out.append(event + b"\n\n")
-    return b"".join(out)
+            if isinstance(chunk, dict) and isinstance(usage := chunk.get("usage"), dict):
+                stats.usage = usage
+                usage_only = not chunk.get("choices")
+        if usage_only and not keep_usage:
+            dropped_cr = raw.endswith(b"\r")
+            out.append(raw[: len(raw) - len(raw.lstrip(b"\r\n"))])  # line ends before it are the last event's
+            continue
+        out.append(raw)
+    return b"".join(out), dropped_cr
 
 
 class RelayResponse(StreamingResponse):

@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from gateway.auth import Principal
 from gateway.body import CLOSE, DRAIN_TIME_S, drain, read_body
-from gateway.context import RequestContext, new_request_id
+from gateway.context import RequestContext, client_request_id, new_request_id
 from gateway.disconnect import ClientGone
 from gateway.errors import GatewayError
 from gateway.relay import RelayResponse
@@ -58,7 +58,10 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     gw: Gateway = request.app.state.gateway
     request_id = new_request_id()
     headers = request.headers
+    client_id = client_request_id(headers.get("x-request-id"))
+    echo_id = client_id or request_id
     trace = gw.telemetry.begin(headers, endpoint.operation, endpoint.value)
+    trace.client_request_id(client_id)
     raw: bytes | None = None
     try:
         principal = gw.auth.authenticate(headers.get("authorization"))
@@ -78,12 +81,13 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
             oracle_tokens=parse_int_header(headers.get("x-triage-oracle-tokens"), "x-triage-oracle-tokens"),
             timeout_s=timeout_ms / 1000 if timeout_ms is not None else gw.settings.queue_timeout_s,
             trace=trace,
+            client_request_id=client_id,
             on_length=on_length,
         )
         response = await gw.proxy.handle(request, req, ctx)
     except GatewayError as exc:
         trace.end(exc.status, exc.code or exc.type)
-        answer = exc.response(request_id)
+        answer = exc.response(echo_id)
         if raw is None:  # refused before the body was read (a bad key, a body too large or too slow)
             if exc.status not in (408, 413):
                 await drain(request.receive, gw.settings.max_body_bytes, DRAIN_TIME_S)
@@ -91,7 +95,7 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         return answer
     except ClientGone:
         trace.end(499, Outcome.CLIENT_GONE)
-        return Response(status_code=499, headers={"x-request-id": request_id})
+        return Response(status_code=499, headers={"x-request-id": echo_id})
     except BaseException:
         trace.end(500, Outcome.INTERNAL)
         raise

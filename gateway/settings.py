@@ -122,6 +122,15 @@ class Settings(BaseSettings):
     ttft_target_s: float | None = Field(default=1.0, gt=0)  # p90 TTFT; null: not a signal
     tpot_target_s: float | None = Field(default=0.1, gt=0)  # median time per output token
 
+    # a backend's 429/503 before the first byte: it cools down for its Retry-After (this
+    # default when it sends none, never more than the max) and the request queues again
+    overload_cooldown_s: float = Field(default=1.0, ge=0)
+    overload_cooldown_max_s: float = Field(default=30.0, ge=0)
+    overload_max_attempts: int = Field(default=20, ge=0)  # refusals one request may meet
+    # every backend of a model down this long (circuit open): new requests get 503 at once;
+    # before that they wait at most what is left of it (a probing breaker may close)
+    no_backend_grace_s: float = Field(default=0.0, ge=0)
+
     # slot reservation: long and batch work may hold only a share of each backend
     reserve_slots: bool = False
     long_share_min: float = Field(default=0.5, gt=0, le=1)

@@ -11,6 +11,8 @@
   queue is told.
 - ``retry``: the ticket for a second attempt, on another backend, at the front of the
   queue; ``None`` when no other healthy backend serves the model.
+- ``back_off``: a backend refused the call as overloaded (429/503): it cools down, and
+  the request goes back to the front of the queue with what is left of its deadline.
 - ``watch`` / ``continuation``: with preemption on, a running generation that may be
   paused reports its progress; once paused, its continuation is queued again with the
   request's original arrival (``policy/preemption.py`` has the rule).
@@ -28,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.backends.registry import BackendConfig, BackendRegistry
-from scheduler.errors import BackendsDown, NoBackend
+from scheduler.errors import BackendsDown, DeadlineExceeded, NoBackend, SchedulerError
 from scheduler.policy.classify import Classifier
-from scheduler.policy.order import engine_priority, retry_order
+from scheduler.policy.order import engine_priority, requeue_order, retry_order
 from scheduler.queue.dispatcher import Dispatcher, Watch
 from scheduler.types import CallResult, Grant, LengthClass, Placement, PredictInput, Ticket
 
@@ -54,7 +56,7 @@ class Route:
 class Scheduler:
     def __init__(
         self, dispatcher: Dispatcher, registry: BackendRegistry, classifier: Classifier, open_tier: str,
-        preempt: bool = False, quantum_tokens: int = 64,
+        preempt: bool = False, quantum_tokens: int = 64, no_backend_grace_s: float = 0.0,
     ) -> None:
         self.dispatcher = dispatcher
         self.registry = registry
@@ -62,6 +64,8 @@ class Scheduler:
         self._open_tier = open_tier  # the most urgent tier: never restricted by reservation
         self.preempt = preempt  # running generations may be paused for more urgent work
         self.quantum_tokens = quantum_tokens  # output tokens before a generation may be paused
+        # every backend of a model down (circuit open) this long: refuse at once (503)
+        self.no_backend_grace_s = no_backend_grace_s
 
     async def admit(
         self, inp: PredictInput, tier: str, timeout_s: float, request_id: str, oracle_tokens: int | None = None,
@@ -69,8 +73,13 @@ class Scheduler:
         pool = self.registry.pool_of(inp.model)
         if pool is None:
             raise NoBackend(f"The model '{inp.model}' does not exist or no backend serves it.")
-        if not self.registry.serves(inp.model):  # queueing would only wait for the deadline
-            raise BackendsDown(f"Every backend serving the model '{inp.model}' is down; retry shortly.")
+        down_for = self.registry.down_for(inp.model)
+        if down_for is not None:
+            if down_for >= self.no_backend_grace_s:
+                raise self._all_down(inp.model)
+            # a breaker may close soon: wait for it, but no longer than the grace
+            left = self.no_backend_grace_s - down_for
+            timeout_s = min(timeout_s, left) if timeout_s > 0 else left
         if self.classifier.blocking:  # a neural predictor: keep the event loop free
             placement = await asyncio.to_thread(self.classifier.place, inp, tier, oracle_tokens)
         else:
@@ -124,6 +133,33 @@ class Scheduler:
         if not self.registry.alternatives(adm.inp.model, failed):
             return None
         return dataclasses.replace(adm, ticket=retry_order(adm.ticket, failed))
+
+    async def back_off(self, adm: Admission, backend: str, cool_s: float, age_s: float, left_s: float | None,
+                       attempt: int) -> Admission | None:
+        """``backend`` refused the call as overloaded: it gets no grants for ``cool_s``,
+        and the request is queued again at the front with its arrival (``age_s`` ago)
+        and ``left_s`` of its deadline (None: no deadline). None when no backend of the
+        model can take it before that deadline (``ready_in`` says when one can)."""
+        await self.registry.cool_down(backend, cool_s)
+        ready_in = self.registry.ready_in(adm.inp.model)
+        if ready_in is None or (left_s is not None and ready_in >= left_s):
+            return None
+        ticket = requeue_order(adm.ticket, attempt, age_s, left_s or 0.0)
+        return dataclasses.replace(adm, ticket=ticket)
+
+    def _all_down(self, model: str) -> BackendsDown:
+        return BackendsDown(f"Every backend serving the model '{model}' is down; retry shortly.")
+
+    def explain(self, adm: Admission, exc: SchedulerError) -> SchedulerError:
+        """Why a wait ended: past its deadline while every backend of the model is down
+        (the grace ran out) is ``BackendsDown`` (503 backends_down), not a queue timeout."""
+        if isinstance(exc, DeadlineExceeded) and self.registry.down_for(adm.inp.model) is not None:
+            return self._all_down(adm.inp.model)
+        return exc
+
+    def ready_in(self, model: str) -> float | None:
+        """How soon a backend of the model may take work (None: none is healthy)."""
+        return self.registry.ready_in(model)
 
     def may_pause(self, route: Route) -> bool:
         """May a streamed generation on this backend be paused and resumed? (The caller

@@ -58,6 +58,7 @@ QUEUE_MS: Final = "triage.queue_ms"
 OUTCOME: Final = "triage.outcome"
 STATE: Final = "triage.state"
 REQUEST_ID: Final = "triage.request_id"
+CLIENT_REQUEST_ID: Final = "triage.client_request_id"  # the client's own x-request-id
 
 # -- span events ------------------------------------------------------------------------
 EV_ENQUEUED: Final = "enqueued"
@@ -65,6 +66,8 @@ EV_DISPATCHED: Final = "dispatched"
 EV_FIRST_TOKEN: Final = "first_token"
 EV_PAUSED: Final = "paused"
 EV_RESUMED: Final = "resumed"
+EV_OVERLOADED: Final = "overloaded"  # a backend refused it as overloaded (429/503): queued again
+COOLDOWN_S: Final = "triage.cooldown_s"
 PAUSES: Final = "triage.pauses"
 
 # -- GenAI metrics, with the conventions' bucket advice ---------------------------------

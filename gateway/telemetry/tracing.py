@@ -136,6 +136,11 @@ class RequestTrace:
         """Who sent the request (the request log's tenant and key id)."""
         self.request_id, self.tenant, self.key_id = request_id, tenant, key_id
 
+    def client_request_id(self, value: str | None) -> None:
+        """The client's own x-request-id, when it sent a valid one."""
+        if value is not None and self.span.is_recording():
+            self.span.set_attribute(sc.CLIENT_REQUEST_ID, value)
+
     # -- the scheduler's part ------------------------------------------------------------
     def enqueued(self, req: InferenceRequest, placement: Placement, spec: Ticket, pool: str) -> None:
         self._req, self.cls = req, spec.cls
@@ -202,6 +207,11 @@ class RequestTrace:
             self._t.instruments.resume_prefill.add(prompt_tokens, (backend,))
         if self.span.is_recording():
             self.span.add_event(sc.EV_RESUMED, {sc.BACKEND: backend})
+
+    def overloaded(self, backend: str, status: int, cool_s: float) -> None:
+        """``backend`` refused it as overloaded (it cools down ``cool_s``): queued again."""
+        if self.span.is_recording():
+            self.span.add_event(sc.EV_OVERLOADED, {sc.BACKEND: backend, sc.HTTP_STATUS: status, sc.COOLDOWN_S: cool_s})
 
     # -- the backend's part --------------------------------------------------------------
     def call(self, backend: BackendConfig, req: InferenceRequest) -> BackendCall:

@@ -7,15 +7,18 @@ ticks each adaptive limit, and writes the result into the pool's Redis keys thro
 Redis lost its data. The asking itself is a ``Probe``'s (HTTP, in
 ``gateway/upstream/probe.py``); health follows from the answers through each
 backend's circuit breaker (``breaker.py``): a backend coming back gets a trickle of
-one slot until it has answered well ``recover_successes`` times. The same answers
-say which engine it is, unless configured (``engines.py``: metric names, priority
-direction, a starting limit), and which model names it serves (``names.py``).
+one slot until it has answered well ``recover_successes`` times. A backend that
+answers 429/503 (overloaded) is not broken: its limit is cut and it *cools down* for
+its ``Retry-After`` (``cool_down``), published as down meanwhile, so it gets no grants.
+The same answers say which engine it is, unless configured (``engines.py``: metric
+names, priority direction, a starting limit), and which model names it serves (``names.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -96,6 +99,13 @@ class BackendState:
     profile: engines.EngineProfile = engines.NEUTRAL
     engine_source: str = "default"  # configured, or what it was detected from (metrics, owned_by, ...)
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # model id -> its /v1/models card
+    cool_until: float = 0.0  # (monotonic) it answered 429/503: no grants before this
+    down_since: float | None = None  # (monotonic) when its breaker last opened
+    _cool_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def cooling(self) -> bool:
+        return time.monotonic() < self.cool_until
 
     @property
     def name(self) -> str:
@@ -116,7 +126,7 @@ class BackendState:
     def record(self) -> BackendRecord:
         limit = self.limit
         return BackendRecord(
-            name=self.name, limit=limit, down=not self.healthy, models=tuple(sorted(self.models)),
+            name=self.name, limit=limit, down=not self.healthy or self.cooling, models=tuple(sorted(self.models)),
             weight=self.config.weight, speed=self.speed * limit,
             long_cap=self.reservation.long_cap(limit), borrow=self.reservation.borrow(limit),
             resume=self.config.resume,
@@ -205,6 +215,10 @@ class BackendRegistry:
             await self._probe(state)
         return changes
 
+    @property
+    def probe_interval_s(self) -> float:
+        return self._interval
+
     def models(self) -> list[str]:
         return sorted({m for b in self.backends.values() for m in b.models})
 
@@ -244,6 +258,46 @@ class BackendRegistry:
         """Is there another healthy backend for this model?"""
         return any(b.name != failed and b.healthy and model in b.models for b in self.backends.values())
 
+    def ready_in(self, model: str) -> float | None:
+        """How soon may a backend of this model take work? 0: now; the seconds until the
+        first cool-down ends when every healthy one is cooling; None: none is healthy."""
+        now = time.monotonic()
+        waits = [max(0.0, b.cool_until - now) for b in self.backends.values() if b.healthy and model in b.models]
+        return min(waits) if waits else None
+
+    def down_for(self, model: str) -> float | None:
+        """How long has every backend of this model been down (circuit open)? None while
+        one is not."""
+        serving = [b for b in self.backends.values() if model in b.models]
+        if not serving or any(b.healthy for b in serving):
+            return None
+        now = time.monotonic()
+        return now - max(now if b.down_since is None else b.down_since for b in serving)
+
+    async def cool_down(self, name: str, seconds: float) -> None:
+        """The backend answered that it is overloaded: no grants for ``seconds`` (it is
+        published as down meanwhile, and published again when the cool-down ends, which
+        dispatches the queue into it). A later, longer cool-down extends it. Returns once
+        the pool knows, so a ticket queued next cannot be granted it."""
+        backend = self.backends.get(name)
+        if backend is None or seconds <= 0:
+            return
+        until = time.monotonic() + seconds
+        if until <= backend.cool_until:
+            return
+        backend.cool_until = until
+        loop = asyncio.get_running_loop()
+        if backend._cool_timer is not None:
+            backend._cool_timer.cancel()
+
+        def over() -> None:  # the loop may run a timer a clock tick early: end it exactly
+            if backend.cool_until == until:
+                backend.cool_until = 0.0
+            loop.create_task(self.publish(backend))
+
+        backend._cool_timer = loop.call_later(seconds, over)
+        await self.publish(backend)
+
     def serves(self, model: str) -> bool:
         """Is a healthy backend serving this model?"""
         return any(b.healthy and model in b.models for b in self.backends.values())
@@ -263,6 +317,9 @@ class BackendRegistry:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        for b in self.backends.values():
+            if b._cool_timer is not None:
+                b._cool_timer.cancel()
 
     async def _loop(self) -> None:
         while True:
@@ -328,6 +385,10 @@ class BackendRegistry:
     def _record(self, backend: BackendState, ok: bool) -> None:
         before = backend.health
         after = backend.breaker.observe(ok)
+        if after is not Health.DOWN:
+            backend.down_since = None
+        elif backend.down_since is None:
+            backend.down_since = time.monotonic()
         if after is not before and after is Health.DOWN:
             log.warning("backend %s is down (%d failures in a row)", backend.name, backend.breaker.failures)
         elif after is not before and after is Health.UP:
@@ -392,6 +453,7 @@ def _view(b: BackendState) -> dict[str, object]:
     return {
         "name": b.name, "url": b.config.url, "pool": b.config.pool, "models": sorted(b.models),
         "state": b.health.value, "limit": b.limit, "configured_limit": b.config.max_concurrency,
+        "cooling_s": round(max(0.0, b.cool_until - time.monotonic()), 3),
         "adaptive": b.limiter.params.adaptive, "limit_reason": b.limiter.last_reason,
         "floor": b.limiter.params.floor, "ceiling": b.limiter.params.ceiling,
         "in_flight": b.in_flight, "long_cap": b.reservation.long_cap(b.limit), "borrowed": b.borrowed,

@@ -87,3 +87,14 @@ def retry_order(ticket: Ticket, failed: str) -> Ticket:
     """Where does a request go whose backend failed before answering? To the front of
     its tier (a slack that cancels the tier offset), avoiding the backend that failed."""
     return dataclasses.replace(ticket, id=f"{ticket.id}-retry", avoid=failed, slack_s=-ticket.tier_offset_s)
+
+
+def requeue_order(ticket: Ticket, attempt: int, age_s: float, timeout_s: float) -> Ticket:
+    """Where does a request go that a backend refused as overloaded (429/503) before
+    answering? Back to the front of its tier, with its original arrival (``age_s`` ago)
+    and what is left of its deadline (``timeout_s``; 0: none); any backend may take it
+    once its cool-down ends. Each attempt is a ticket of its own (``-o<attempt>``)."""
+    return dataclasses.replace(
+        ticket, id=f"{ticket.id}-o{attempt}", avoid="", slack_s=-ticket.tier_offset_s, age_s=age_s,
+        timeout_s=timeout_s,
+    )

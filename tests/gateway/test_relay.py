@@ -8,7 +8,10 @@ from collections.abc import AsyncIterator
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gateway import sse
 from gateway.relay import StreamStats, relay_events
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
@@ -86,3 +89,94 @@ async def test_an_unterminated_tail_is_passed_on() -> None:
     blocks, stats = await relay([HELLO + b'data: {"partial"'])
     assert b"".join(blocks) == HELLO + b'data: {"partial"'
     assert stats.completed
+
+
+# -- every framing the SSE spec allows ---------------------------------------------------
+
+
+def framed(stream: bytes, eol: bytes, space: bool = True) -> bytes:
+    """``stream`` (LF-framed) rewritten with other line ends and/or ``data:`` without the space."""
+    out = stream if space else stream.replace(b"data: ", b"data:")
+    return out.replace(b"\n", eol)
+
+
+class Counted(httpx.AsyncByteStream):
+    """Chunks that count how many reads the relay has made."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks, self.pulled = chunks, 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            self.pulled += 1
+            yield chunk
+
+
+FRAMINGS = [(b"\n", True), (b"\n", False), (b"\r\n", True), (b"\r\n", False), (b"\r", True)]
+
+
+@pytest.mark.parametrize(("eol", "space"), FRAMINGS)
+async def test_the_first_event_goes_out_as_soon_as_it_came(eol: bytes, space: bool) -> None:
+    first, rest = framed(ROLE + HELLO, eol, space), framed(FINISH + DONE, eol, space)
+    stream = Counted([first, rest])
+    relay = relay_events(httpx.Response(200, stream=stream), False, StreamStats())
+    assert await anext(relay) == first
+    assert stream.pulled == 1  # out before the next read
+    assert b"".join([block async for block in relay]) == rest
+
+
+@pytest.mark.parametrize(("eol", "space"), FRAMINGS)
+@pytest.mark.parametrize("size", [1, 5, 10_000])
+async def test_usage_is_read_and_its_chunk_stripped_in_every_framing(eol: bytes, space: bool, size: int) -> None:
+    stream = framed(ROLE + HELLO + USAGE_ONLY + DONE, eol, space)
+    blocks, stats = await relay(split_everywhere(stream, size))
+    assert b"".join(blocks) == framed(ROLE + HELLO + DONE, eol, space)
+    assert stats.usage == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert stats.completed and stats.events == 2 and stats.first_chunk_at is not None
+    kept, _ = await relay(split_everywhere(stream, size), keep_usage=True)
+    assert b"".join(kept) == stream
+
+
+async def test_usage_split_over_data_lines_is_read() -> None:
+    usage = b'data: {"choices":[],\ndata: "usage":{"completion_tokens":4}}\n\n'
+    blocks, stats = await relay([HELLO + usage + DONE])
+    assert b"".join(blocks) == HELLO + DONE
+    assert stats.usage == {"completion_tokens": 4}
+
+
+TOOL_CALL = (b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function",'
+             b'"function":{"name":"get_weather","arguments":""}}]}}]}\n\n')
+
+
+async def test_a_stream_of_tool_calls_only_records_its_first_token() -> None:
+    _, stats = await relay([ROLE, TOOL_CALL, FINISH, DONE])
+    assert stats.first_chunk_at is not None
+
+
+@pytest.mark.parametrize(("eol", "space"), FRAMINGS)
+async def test_a_trailer_goes_out_just_before_done(eol: bytes, space: bool) -> None:
+    stream = framed(ROLE + HELLO + DONE, eol, space)
+    response = httpx.Response(200, stream=Chunks([stream]))
+    out = b"".join([b async for b in relay_events(response, False, StreamStats(), b": q=1\n\n")])
+    done = framed(DONE, eol, space)
+    assert out == stream[: -len(done)] + b": q=1\n\n" + done
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(FRAMINGS), st.lists(st.integers(1, 60), min_size=1, max_size=40), st.booleans())
+async def test_any_split_of_any_framing_relays_the_same_bytes(
+    framing: tuple[bytes, bool], sizes: list[int], keep: bool
+) -> None:
+    eol, space = framing
+    stream = framed(ROLE + HELLO + TOOL_CALL + FINISH + USAGE_ONLY + DONE, eol, space)
+    chunks, pos = [], 0
+    for size in sizes:
+        chunks.append(stream[pos : pos + size])
+        pos += size
+    chunks.append(stream[pos:])
+    blocks, stats = await relay([c for c in chunks if c], keep_usage=keep)
+    want = stream if keep else framed(ROLE + HELLO + TOOL_CALL + FINISH + DONE, eol, space)
+    assert b"".join(blocks) == want
+    # each block holds whole events (or is the LF of a CRLF whose CR ended the last one)
+    assert all(sse.event_end(block) or not block.strip(b"\r\n") for block in blocks)
+    assert stats.usage is not None and stats.completed and stats.events == 5 - (not keep)

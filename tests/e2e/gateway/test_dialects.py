@@ -21,17 +21,7 @@ from tests.e2e.observability.conftest import scrape, total
 from tests.support import MODEL, eventually
 
 WITH_METRICS = [Dialect.VLLM, Dialect.SGLANG, Dialect.TGI, Dialect.LLAMACPP]
-# The relay splits events on "\n\n" and reads "data: " with its space: these framings
-# need the spec-complete SSE parser (gateway/relay.py, on its own branch).
-FRAMING = {
-    Dialect.TGI: "relay parser missing: 'data:' without a space, usage on the last content chunk",
-    Dialect.LLAMACPP: "relay parser missing: events ended by \\r\\n\\r\\n",
-}
-
-
-def _param(d: Dialect, xfail_framing: bool = False) -> Any:
-    if xfail_framing and d in FRAMING:
-        return pytest.param(d, marks=pytest.mark.xfail(strict=True, reason=FRAMING[d]), id=d.value)
+def _param(d: Dialect) -> Any:
     return pytest.param(d, id=d.value)
 
 
@@ -100,7 +90,7 @@ async def test_non_streamed_usage_is_counted(
     assert total(await scrape(base), "triage_output_tokens_total") == 6
 
 
-@pytest.mark.parametrize("dialect", [_param(d, xfail_framing=True) for d in Dialect])
+@pytest.mark.parametrize("dialect", [_param(d) for d in Dialect])
 async def test_streamed_usage_is_counted_and_stripped(
     dialect: Dialect, sims: dict[Dialect, str], gateway_factory: Callable[..., str]
 ) -> None:

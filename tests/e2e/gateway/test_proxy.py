@@ -93,3 +93,31 @@ async def test_health_and_ready(gateway: str) -> None:
         ready = await http.get(f"{gateway}/ready")
     assert ready.status_code == 200
     assert ready.json() == {"ready": True, "redis": True, "backends": True, "draining": False, "backends_down": []}
+
+
+@pytest.mark.parametrize(
+    ("sent", "echoed"),
+    [
+        ("client-abc-123", True),
+        ("A" * 128, True),
+        ("A" * 129, False),  # too long
+        ("has space", False),
+        ("tab\there", False),
+        ("é", False),  # not ASCII
+        ("", False),
+    ],
+)
+async def test_a_client_s_own_request_id_is_echoed_when_valid(gateway: str, sent: str, echoed: bool) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    async with httpx.AsyncClient(base_url=gateway, timeout=30) as http:
+        for stream in (False, True):
+            resp = await http.post("/v1/chat/completions", json={**body, "stream": stream},
+                                   headers={"x-request-id": sent.encode("utf-8")})
+            assert resp.status_code == 200, resp.text
+            if echoed:
+                assert resp.headers["x-request-id"] == sent
+                assert resp.headers["x-triage-request-id"].startswith("req-")  # ours, as the backend got it
+            else:
+                assert resp.headers["x-request-id"].startswith("req-")
+        bad = await http.post("/v1/chat/completions", json={"model": MODEL}, headers={"x-request-id": "mine"})
+        assert bad.status_code == 400 and bad.headers["x-request-id"] == "mine"

@@ -105,11 +105,12 @@ async def test_bad_embeddings_requests_are_400(gw: str, body: dict[str, Any], pa
 
 
 async def test_n_choices_are_placed_as_n_times_the_work(gw: str) -> None:
-    # the prior predicts 250 tokens a reply: one choice is short work, two are 500 tokens
+    # a hint of 200 tokens a reply (open mode trusts hints): one choice is short work, two are 400
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    hint = {"x-triage-expected-tokens": "200"}
     async with httpx.AsyncClient(timeout=30) as client:
-        one = await client.post(f"{gw}/v1/chat/completions", json=chat)
-        two = await client.post(f"{gw}/v1/chat/completions", json={**chat, "n": 2})
+        one = await client.post(f"{gw}/v1/chat/completions", json=chat, headers=hint)
+        two = await client.post(f"{gw}/v1/chat/completions", json={**chat, "n": 2}, headers=hint)
         bad = await client.post(f"{gw}/v1/chat/completions", json={**chat, "n": 0})
     assert one.status_code == two.status_code == 200
     assert one.headers["x-triage-class"] == "short"

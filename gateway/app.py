@@ -29,7 +29,8 @@ from gateway.telemetry.hub import OtelConfig, Telemetry
 from gateway.upstream.client import Upstream, make_client
 from gateway.upstream.probe import HttpProbe
 from gateway.upstream.refusal import Cooldown
-from scheduler.backends.registry import BackendConfig, BackendRegistry
+from scheduler.backends.backend import BackendConfig
+from scheduler.backends.registry import BackendRegistry
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams

@@ -29,7 +29,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.backends.registry import BackendConfig, BackendRegistry
+from scheduler.backends.backend import BackendConfig
+from scheduler.backends.registry import BackendRegistry
 from scheduler.errors import BackendsDown, DeadlineExceeded, NoBackend, SchedulerError
 from scheduler.policy.classify import Classifier
 from scheduler.policy.order import engine_priority, requeue_order, retry_order

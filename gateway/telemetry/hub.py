@@ -37,7 +37,8 @@ from gateway.telemetry.prometheus import render
 from gateway.telemetry.request_log import RequestLog
 from gateway.telemetry.stats import WindowStats
 from gateway.telemetry.tracing import Recorder, RequestTrace
-from scheduler.backends.registry import BackendConfig, BackendRegistry
+from scheduler.backends.backend import BackendConfig
+from scheduler.backends.registry import BackendRegistry
 from scheduler.queue.depth import QueueDepth
 
 

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.accuracy import RankAccuracy
 from gateway.telemetry.instruments import Key, Registry
-from scheduler.backends.registry import BackendRegistry, Health
+from scheduler.backends.breaker import Health
+from scheduler.backends.registry import BackendRegistry
 from scheduler.queue.depth import QueueDepth
 
 # label keys; the GenAI metrics carry the conventions' attributes and Triage's class and backend

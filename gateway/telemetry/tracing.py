@@ -38,7 +38,7 @@ from gateway.telemetry.accuracy import RankAccuracy, ratio
 from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.request_log import RequestLine, RequestLog
 from gateway.telemetry.stats import WindowStats
-from scheduler.backends.registry import BackendConfig
+from scheduler.backends.backend import BackendConfig
 from scheduler.types import Grant, Outcome, Placement, PredictionSource, Ticket
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from gateway.upstream.transport import FastTransport
-from scheduler.backends.registry import BackendConfig
+from scheduler.backends.backend import BackendConfig
 
 
 class UpstreamError(Exception):

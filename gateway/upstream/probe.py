@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 
 from gateway.upstream.client import UpstreamError, upstream_errors
-from scheduler.backends.registry import BackendConfig, MetricsNotServed, ModelList
+from scheduler.backends.backend import BackendConfig, MetricsNotServed, ModelList
 
 PROBE_TIMEOUT_S = 5.0
 

@@ -83,6 +83,10 @@ class VllmSpec:
     prefix_caching: bool = True
     extra_args: Sequence[str] = field(default_factory=tuple)
     start_timeout_s: float = 600.0  # a busy 2-core machine takes one to three minutes
+    # CPUs its compute threads are bound to (VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "0-1");
+    # None: vLLM's own choice (every core). Its OpenMP threads spin between steps, so on a
+    # small machine a gateway beside it needs a core the engine does not take.
+    cpus: str | None = None
 
     def argv(self, python: Path, port: int) -> list[str]:
         args = [
@@ -167,6 +171,8 @@ def start(spec: VllmSpec, python: Path, log_path: Path) -> VllmServer:
     port = spec.port or free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, VLLM_NO_USAGE_STATS="1", VLLM_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1")
+    if spec.cpus is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
     log_path.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     with log_path.open("wb") as log:

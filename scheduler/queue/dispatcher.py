@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
+from scheduler.queue.drain_rate import DrainRate
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import pack_lease, parse_message
 from scheduler.queue.scripts import Scripts
@@ -37,20 +38,6 @@ log = logging.getLogger("triage.dispatcher")
 class QueueLimits:
     max_queue: int = 10_000  # per pool; 0: unbounded
     max_tenant_queue: int = 0  # per tenant and pool; 0: unbounded
-
-
-@dataclass(slots=True)
-class DrainRate:
-    """Grants per second from successive samples of the pool's grant counter (EWMA)."""
-
-    rate: float = 0.0
-    _last: tuple[float, int] | None = None
-
-    def observe(self, now: float, granted: int) -> None:
-        if self._last is not None and now > self._last[0] and granted >= self._last[1]:
-            sample = (granted - self._last[1]) / (now - self._last[0])
-            self.rate = sample if self.rate == 0 else 0.7 * self.rate + 0.3 * sample
-        self._last = (now, granted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     model = build_model(python, tmp_path_factory.mktemp("tiny-llama"), seed=0)
     spec = VllmSpec(
         model_dir=model, max_num_seqs=MAX_NUM_SEQS, max_num_queued_reqs=MAX_IN_ENGINE,
-        scheduling_policy="priority",
+        scheduling_policy="priority", cpus="0",  # the other core: the gateways, Valkey, the test
     )  # fmt: skip
     with running_vllm(spec, python) as server:
         yield server

@@ -67,7 +67,7 @@ def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
     if isinstance(exc, sched.DeadlineExceeded):
         return GatewayError(504, str(exc), "timeout_error", "queue_timeout")
     if isinstance(exc, sched.BackendsDown):
-        return GatewayError(503, str(exc), "service_unavailable", "backends_down", retry_after_s=exc.retry_after_s)
+        return GatewayError(503, str(exc), "service_unavailable", "no_backend", retry_after_s=exc.retry_after_s)
     if isinstance(exc, sched.Draining):
         return draining(str(exc), exc.retry_after_s)
     if isinstance(exc, sched.NoBackend):

@@ -1,4 +1,4 @@
-"""A model whose every backend is down gets a prompt 503 backends_down with Retry-After,
+"""A model whose every backend is down gets a prompt 503 no_backend with Retry-After,
 not a wait of queue_timeout_s; with a grace, at most the grace (a probing breaker may
 close first)."""
 
@@ -40,4 +40,4 @@ async def test_every_backend_down_is_a_prompt_503(
             assert resp.status_code == 503, resp.text
             error = resp.json()["error"]
             assert int(resp.headers["retry-after"]) >= 1
-        assert error["code"] == "backends_down" and set(error) == {"message", "type", "param", "code"}
+        assert error["code"] == "no_backend" and set(error) == {"message", "type", "param", "code"}

@@ -34,7 +34,7 @@ async def test_ready_stays_ready_with_every_backend_down(gateway_factory: Callab
         resp = await http.post("/v1/chat/completions", json=CHAT)
         assert resp.status_code == 503
         error = resp.json()["error"]
-        assert error["code"] == "backends_down" and error["type"] == "service_unavailable"
+        assert error["code"] == "no_backend" and error["type"] == "service_unavailable"
         assert MODEL in error["message"] and int(resp.headers["retry-after"]) >= 1
         backends = (await http.get("/admin/backends")).json()["backends"]
         assert [(b["name"], b["state"]) for b in backends] == [("dead", "down")]

@@ -31,6 +31,8 @@ from tests.support import running_app
 
 MAX_NUM_SEQS = 4
 MAX_IN_ENGINE = 6  # --max-num-queued-reqs: running + waiting
+MAX_MODEL_LEN = 8192
+FILL_TOKENS = 8000  # a request that holds its slot until cancelled: none ends within a test
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +45,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     model = build_model(python, tmp_path_factory.mktemp("tiny-llama"), seed=0)
     spec = VllmSpec(
         model_dir=model, max_num_seqs=MAX_NUM_SEQS, max_num_queued_reqs=MAX_IN_ENGINE,
-        scheduling_policy="priority", cpus="0",  # the other core: the gateways, Valkey, the test
+        scheduling_policy="priority", cpus="0", max_model_len=MAX_MODEL_LEN,  # the other core: the gateways, Valkey, the test
     )  # fmt: skip
     with running_vllm(spec, python) as server:
         yield server

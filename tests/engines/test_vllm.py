@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from loadtests.engines.vllm import VllmServer, metric
 from scheduler.queue.keys import PoolKeys
-from tests.engines.conftest import MAX_IN_ENGINE, MAX_NUM_SEQS
+from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS
 from tests.support import eventually
 
 LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: lowest engine priority, may be paused
@@ -193,7 +193,7 @@ async def test_engine_priority_orders_vllms_own_queue(
 
     async with httpx.AsyncClient(timeout=300) as http:
         # long enough that no fill ends by itself during the test; they are cancelled instead
-        fill = [asyncio.create_task(stream(http, url, chat(vllm, 1800, True, text=f"fill {i}"), LONG))
+        fill = [asyncio.create_task(stream(http, url, chat(vllm, FILL_TOKENS, True, text=f"fill {i}"), LONG))
                 for i in range(MAX_NUM_SEQS)]
         await eventually(lambda: _running_is(vllm, MAX_NUM_SEQS), within_s=120)
         late_long = asyncio.create_task(first_token("long", chat(vllm, 20, True, text="long"), LONG))

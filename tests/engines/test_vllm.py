@@ -73,6 +73,9 @@ async def engine_idle(vllm: VllmServer) -> bool:
     return running == 0 and await engine_metric(vllm, "vllm:num_requests_waiting") == 0
 
 
+VICTIM_TOKENS = 1000  # long enough that it cannot end before the short request is queued
+
+
 @pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
 async def test_non_streamed_requests_pass_through_with_usage(
     vllm: VllmServer, engine_gateway: Callable[..., str], make: Callable[..., dict]
@@ -229,8 +232,8 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
                          preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05)
     keys = PoolKeys(prefix, "default")
     await eventually(lambda: engine_idle(vllm), within_s=60)
-    async with httpx.AsyncClient(timeout=300) as http:
-        victim = asyncio.create_task(stream(http, url, make(vllm, 400, True, True, "a long story"), LONG))
+    async with httpx.AsyncClient(timeout=600) as http:
+        victim = asyncio.create_task(stream(http, url, make(vllm, VICTIM_TOKENS, True, True, "a long story"), LONG))
 
         async def progressed() -> bool:
             return any(int(v) > 4 for v in (await engine_redis.hgetall(keys.progress)).values())
@@ -245,7 +248,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
     assert finishes == ["length"]
     usage = [e["usage"] for e in chunks if e.get("usage")]
-    assert len(usage) == 1 and usage[0]["completion_tokens"] == 400  # both parts, summed
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == VICTIM_TOKENS  # both parts, summed
     if make is chat:
         assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
     assert text_of(chunks)

@@ -25,8 +25,9 @@ The gateway (``gateway/proxy.py``) keeps only the order of these steps and the H
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from scheduler.backends.backend import BackendConfig
@@ -108,10 +109,40 @@ class Scheduler:
 
     async def wait(self, adm: Admission, future: asyncio.Future[Grant]) -> Grant:
         """The grant; cancelling the wait withdraws the ticket."""
-        return await self.dispatcher.wait(adm.ticket, adm.pool, future)
+        return await self._while_served(adm, self.dispatcher.wait(adm.ticket, adm.pool, future))
 
     async def acquire(self, adm: Admission) -> Grant:
-        return await self.dispatcher.acquire(adm.ticket, adm.pool)
+        return await self._while_served(adm, self.dispatcher.acquire(adm.ticket, adm.pool))
+
+    async def _while_served(self, adm: Admission, waiting: Awaitable[Grant]) -> Grant:
+        """Wait for the grant while a backend may still serve the request: once every
+        backend of its model has been down for the grace (or a reload removed the last
+        one), the ticket is withdrawn and the wait ends in ``BackendsDown`` (``NoBackend``),
+        at once rather than at the request's deadline. Re-checked at each probe round."""
+        model = adm.inp.model
+        work = asyncio.ensure_future(waiting)
+        try:
+            while not work.done():
+                await asyncio.wait({work, self.registry.next_round()}, return_when=asyncio.FIRST_COMPLETED)
+                if work.done():
+                    break
+                refusal = self._unservable(model)
+                if refusal is not None:
+                    work.cancel()  # withdraws the ticket; a grant already in flight is released
+                    with contextlib.suppress(asyncio.CancelledError):
+                        return await work  # granted after all: serve it
+                    raise refusal
+            return work.result()
+        finally:
+            work.cancel()  # our own wait was cancelled (the client left): withdraw the ticket
+
+    def _unservable(self, model: str) -> NoBackend | None:
+        if self.registry.pool_of(model) is None:
+            return NoBackend(f"No backend serves the model '{model}' any more.")
+        down_for = self.registry.down_for(model)
+        if down_for is not None and down_for >= self.no_backend_grace_s:
+            return self._all_down(model)
+        return None
 
     async def position(self, adm: Admission) -> int | None:
         """1-based place in the queue; None once it left it, or while Redis cannot say."""

@@ -107,8 +107,11 @@ def create_app(settings: SimSettings) -> FastAPI:
         return Response(body, media_type="application/json")
 
     @app.get("/v1/models")
-    async def models() -> dict[str, object]:
-        return {"object": "list", "data": [model_card(state.dialect, state.model, state.max_model_len)]}
+    async def models() -> Response:
+        if state.faults.faults.down:
+            return Response(status_code=503)
+        card = model_card(state.dialect, state.model, state.max_model_len)
+        return Response(orjson.dumps({"object": "list", "data": [card]}), media_type="application/json")
 
     @app.get("/health")
     async def health() -> Response:

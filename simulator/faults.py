@@ -4,7 +4,7 @@ All faults are off by default. They are set at start-up (settings / CLI) and can
 replaced at run time with ``POST /sim/faults``; a POST replaces the whole set, so ``{}``
 switches every fault off again.
 
-- ``down``: ``/health`` and every generation request answer 503.
+- ``down``: ``/health``, ``/v1/models`` and every generation request answer 503.
 - ``fail_rate``: that fraction of generation requests is answered with ``status_code``
   (503 unless set) and an OpenAI error body, before the engine sees them.
 - ``retry_after``: adds a ``Retry-After`` header (seconds) to those answers.

@@ -66,6 +66,7 @@ class BackendRegistry:
             self.backends[c.name] = self._state(c)
         self.retired: dict[str, BackendConfig] = {}  # removed by a reload; requests on them finish
         self._task: asyncio.Task[None] | None = None
+        self._round: asyncio.Future[None] | None = None  # done when health may have changed
 
     def _state(self, c: BackendConfig) -> BackendState:
         params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
@@ -118,7 +119,19 @@ class BackendRegistry:
             self.retired.pop(name, None)
             self.backends[name] = state
             await self._probe(state)
+        self._changed()
         return changes
+
+    def next_round(self) -> asyncio.Future[None]:
+        """Done after the next probe round, reload or change of health: when what
+        ``down_for`` and ``pool_of`` say may have changed (waiters re-check then)."""
+        if self._round is None or self._round.done():
+            self._round = asyncio.get_running_loop().create_future()
+        return self._round
+
+    def _changed(self) -> None:
+        if self._round is not None and not self._round.done():
+            self._round.set_result(None)
 
     @property
     def probe_interval_s(self) -> float:
@@ -237,6 +250,7 @@ class BackendRegistry:
             self._dispatcher.quiet[pool] = reservation.quiet
         await self._read_in_flight()
         await asyncio.gather(*(self._probe(b) for b in self.backends.values()))
+        self._changed()
 
     async def _read_in_flight(self) -> None:
         for pool in {b.config.pool for b in self.backends.values()}:
@@ -324,6 +338,7 @@ class BackendRegistry:
         self._record(backend, ok)
         if before != backend.health:
             asyncio.get_running_loop().create_task(self.publish(backend))
+            self._changed()
 
     async def publish(self, backend: BackendState) -> None:
         """Write this backend's limit, health and models into its pool's Redis keys."""

@@ -58,9 +58,11 @@ async def test_fail_rate_refuses_a_fraction_with_503(sim: httpx.AsyncClient) -> 
 async def test_down_fails_health_and_requests(sim: httpx.AsyncClient) -> None:
     await sim.post("/sim/faults", json={"down": True})
     assert (await sim.get("/health")).status_code == 503
+    assert (await sim.get("/v1/models")).status_code == 503  # what a gateway probes
     assert (await sim.post("/v1/chat/completions", json=BODY)).status_code == 503
     await sim.post("/sim/faults", json={"down": False})
     assert (await sim.get("/health")).status_code == 200
+    assert (await sim.get("/v1/models")).json()["data"][0]["id"] == MODEL
 
 
 async def test_drop_after_tokens_cuts_a_stream(sim: httpx.AsyncClient) -> None:

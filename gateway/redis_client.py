@@ -164,19 +164,26 @@ def command_client(url: str, name: str, max_connections: int = 64) -> Redis:
     )
 
 
+# A blocking read waits on the server for its own timeout (a second); the socket allows far
+# longer, so a busy machine that answers late does not drop a connection whose reply (a
+# grant) is on the wire: redis-py's default of 5 s did, and the grant then waited for the
+# next heartbeat to be told again.
+LISTEN_SOCKET_TIMEOUT_S = 30.0
+
+
 def listener_client(url: str, name: str) -> Redis:
     """A client of its own for blocking reads (``BLPOP`` holds its connection while it waits)."""
     target = parse(url)
     if target.kind == SINGLE:
-        return Redis.from_url(url, client_name=name)
+        return Redis.from_url(url, client_name=name, socket_timeout=LISTEN_SOCKET_TIMEOUT_S)
     if target.kind == CLUSTER:
         return cast(Redis, RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in target.nodes], ssl=target.tls,
             username=target.username, password=target.password, client_name=name, retry=_retry(8),
-            socket_connect_timeout=3,
+            socket_connect_timeout=3, socket_timeout=LISTEN_SOCKET_TIMEOUT_S,
         ))
     return _sentinel(target).master_for(target.master, db=target.db, client_name=name, retry=_retry(8),
-                                        retry_on_error=_RETRY_ON)
+                                        retry_on_error=_RETRY_ON, socket_timeout=LISTEN_SOCKET_TIMEOUT_S)
 
 
 def _sentinel(target: RedisTarget) -> Sentinel:

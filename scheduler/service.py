@@ -109,6 +109,8 @@ class Scheduler:
 
     async def wait(self, adm: Admission, future: asyncio.Future[Grant]) -> Grant:
         """The grant; cancelling the wait withdraws the ticket."""
+        if future.done():  # decided in the enqueue's reply: nothing to wait for
+            return await self.dispatcher.wait(adm.ticket, adm.pool, future)
         return await self._while_served(adm, self.dispatcher.wait(adm.ticket, adm.pool, future))
 
     async def acquire(self, adm: Admission) -> Grant:

@@ -19,8 +19,11 @@ MODEL = "sim-model"  # the model the shared simulator serves
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
-async def eventually(condition: Callable[[], Awaitable[bool] | bool], within_s: float = 10.0) -> None:
-    """Wait for a condition on state we cannot subscribe to (Redis, another process), bounded."""
+async def eventually(
+    condition: Callable[[], Awaitable[bool] | bool], within_s: float = 10.0, every_s: float = 0.01
+) -> None:
+    """Wait for a condition on state we cannot subscribe to (Redis, another process), bounded;
+    ``every_s`` between checks (longer for a check that costs the other side real work)."""
     deadline = asyncio.get_running_loop().time() + within_s
     while True:
         result = condition()
@@ -30,7 +33,7 @@ async def eventually(condition: Callable[[], Awaitable[bool] | bool], within_s: 
             return
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {within_s} s")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(every_s)
 
 
 def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str]:

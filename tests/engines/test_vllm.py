@@ -9,7 +9,7 @@ every length asserted here is exact.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -68,6 +68,13 @@ async def engine_metric(vllm: VllmServer, name: str, **labels: str) -> float:
     return metric(parse_metrics(text), name, **labels)
 
 
+async def on_engine(condition: Callable[[], Awaitable[bool]], within_s: float) -> None:
+    """``eventually`` for a condition read from vLLM's ``/metrics``: each read costs its API
+    server (the process that also streams every token) a page render, so it is read ten
+    times a second, not a hundred."""
+    await eventually(condition, within_s=within_s, every_s=0.1)
+
+
 async def engine_idle(vllm: VllmServer) -> bool:
     running = await engine_metric(vllm, "vllm:num_requests_running")
     return running == 0 and await engine_metric(vllm, "vllm:num_requests_waiting") == 0
@@ -124,7 +131,7 @@ async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
     token to the stream, before the client can have read it, so an idle engine after the first
     token is the request gone."""
     url = engine_gateway()
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
     finished = await engine_metric(vllm, "vllm:request_success_total")
     generated = await engine_metric(vllm, "vllm:generation_tokens_total")
     async with httpx.AsyncClient(timeout=120) as http:
@@ -133,7 +140,7 @@ async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
                 if line.startswith("data: {") and text_of([orjson.loads(line[6:])]):
                     break  # the first content: vLLM is generating; now the client leaves
 
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
     assert await engine_metric(vllm, "vllm:request_success_total") == finished  # none ran to its end
     made = await engine_metric(vllm, "vllm:generation_tokens_total") - generated
     assert 0 < made < FILL_TOKENS // 2, made
@@ -141,9 +148,10 @@ async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
 
 async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_gateway: Callable[..., str]) -> None:
     url = engine_gateway({"max_concurrency": MAX_IN_ENGINE, "adaptive": True})
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
     async with httpx.AsyncClient(timeout=300) as http:
-        runs = [asyncio.create_task(stream(http, url, chat(vllm, 1200, True, text=f"story {i}")))
+        # long enough that none ends (and the engine's queue moves) before the view is read
+        runs = [asyncio.create_task(stream(http, url, chat(vllm, FILL_TOKENS, True, text=f"story {i}")))
                 for i in range(MAX_IN_ENGINE)]
 
         async def view() -> dict[str, Any]:
@@ -153,7 +161,7 @@ async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_g
             engine = (await view())["engine"]
             return engine["running"] == MAX_NUM_SEQS and engine["waiting"] == MAX_IN_ENGINE - MAX_NUM_SEQS
 
-        await eventually(sees_the_engine_queue, within_s=120)
+        await on_engine(sees_the_engine_queue, within_s=120)
 
         async def limit_cut() -> bool:
             v = await view()
@@ -163,24 +171,41 @@ async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_g
         for run in runs:
             run.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
 
 
 async def test_a_full_vllm_queue_is_absorbed_by_the_gateway_queue(
     vllm: VllmServer, engine_gateway: Callable[..., str]
 ) -> None:
     """vLLM answers 503 past --max-num-queued-reqs; the gateway holds the request and retries
-    it from its own queue, so every client request succeeds."""
-    clients = 2 * MAX_IN_ENGINE
+    it from its own queue, so every client request succeeds. Another client of the engine
+    fills it first (four long requests running, two waiting), so the gateway's calls meet a
+    full queue whatever the machine's speed; once those leave, the held requests are served."""
+    clients = MAX_IN_ENGINE
     url = engine_gateway({"max_concurrency": clients, "adaptive": False})
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
     rejected = await engine_metric(vllm, "vllm:admission_rejections_total", reason="max_num_queued_reqs")
     async with httpx.AsyncClient(timeout=300) as http:
-        body = chat(vllm, 60, False)
-        answers = await asyncio.gather(*(http.post(f"{url}/v1/chat/completions", json=body) for _ in range(clients)))
-    assert await engine_metric(vllm, "vllm:admission_rejections_total", reason="max_num_queued_reqs") > rejected
-    statuses = sorted(a.status_code for a in answers)
-    assert statuses == [200] * clients, [a.text for a in answers if a.status_code != 200][:1]
+        fill = [asyncio.create_task(stream(http, vllm.url, chat(vllm, FILL_TOKENS, True, text=f"other {i}")))
+                for i in range(MAX_IN_ENGINE)]
+        await on_engine(lambda: _running_is(vllm, MAX_NUM_SEQS), within_s=120)
+        await on_engine(lambda: _waiting_is(vllm, MAX_IN_ENGINE - MAX_NUM_SEQS), within_s=60)
+        body = chat(vllm, 20, False)
+        answers = [asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=body)) for _ in range(clients)]
+
+        async def refused() -> bool:
+            now = await engine_metric(vllm, "vllm:admission_rejections_total", reason="max_num_queued_reqs")
+            return now > rejected
+
+        await on_engine(refused, within_s=120)
+        assert not any(a.done() for a in answers)  # held by the gateway, not answered with vLLM's 503
+        for run in fill:
+            run.cancel()
+        await asyncio.gather(*fill, return_exceptions=True)
+        done = await asyncio.gather(*answers)
+    statuses = sorted(a.status_code for a in done)
+    assert statuses == [200] * clients, [a.text for a in done if a.status_code != 200][:1]
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
 
 
 @pytest.mark.parametrize("engine_priority", [True, False], ids=["engine-priority", "fcfs-order"])
@@ -194,7 +219,7 @@ async def test_engine_priority_orders_vllms_own_queue(
     queue. With ``engine_priority`` the gateway's order reaches vLLM as ``priority`` and the
     short one starts first; without it vLLM sees equal priorities and keeps arrival order."""
     url = engine_gateway({"max_concurrency": MAX_IN_ENGINE, "adaptive": False, "engine_priority": engine_priority})
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
     started: list[str] = []
 
     async def first_token(name: str, body: dict, headers: dict[str, str]) -> None:
@@ -208,11 +233,11 @@ async def test_engine_priority_orders_vllms_own_queue(
         # long enough that no fill ends by itself during the test; they are cancelled instead
         fill = [asyncio.create_task(stream(http, url, chat(vllm, FILL_TOKENS, True, text=f"fill {i}"), LONG))
                 for i in range(MAX_NUM_SEQS)]
-        await eventually(lambda: _running_is(vllm, MAX_NUM_SEQS), within_s=120)
+        await on_engine(lambda: _running_is(vllm, MAX_NUM_SEQS), within_s=120)
         late_long = asyncio.create_task(first_token("long", chat(vllm, 20, True, text="long"), LONG))
-        await eventually(lambda: _waiting_is(vllm, 1), within_s=60)
+        await on_engine(lambda: _waiting_is(vllm, 1), within_s=60)
         short = asyncio.create_task(first_token("short", chat(vllm, 5, True, text="short"), SHORT))
-        await eventually(lambda: _waiting_is(vllm, 2), within_s=60)
+        await on_engine(lambda: _waiting_is(vllm, 2), within_s=60)
         fill[0].cancel()  # one slot frees: vLLM's scheduler picks one of the two waiting
         await eventually(lambda: len(started) == 1, within_s=120)
         for run in fill[1:]:
@@ -220,7 +245,7 @@ async def test_engine_priority_orders_vllms_own_queue(
         await asyncio.gather(late_long, short)
         await asyncio.gather(*fill, return_exceptions=True)
     assert started == (["short", "long"] if engine_priority else ["long", "short"])
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
 
 
 async def _running_is(vllm: VllmServer, n: int) -> bool:
@@ -241,7 +266,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     url = engine_gateway({"max_concurrency": 1, "adaptive": False, "resume": "vllm"},
                          preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05)
     keys = PoolKeys(prefix, "default")
-    await eventually(lambda: engine_idle(vllm), within_s=60)
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
     async with httpx.AsyncClient(timeout=600) as http:
         victim = asyncio.create_task(stream(http, url, make(vllm, VICTIM_TOKENS, True, True, "a long story"), LONG))
 

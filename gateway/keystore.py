@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.settings import QuotaSettings, hash_key
+from scheduler import tasks
 from scheduler.queue.keys import ApiKeyKeys
 from scheduler.queue.scripts import KeyScripts
 
@@ -112,8 +113,7 @@ class KeyStore:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
 
     async def _loop(self) -> None:
         while True:

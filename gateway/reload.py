@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.settings import ConfigError, Settings, load_settings
+from scheduler import tasks
 
 log = logging.getLogger("triage.reload")
 
@@ -90,8 +91,7 @@ class Reloader:
         if self._signal:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
 
     async def _loop(self) -> None:
         while True:

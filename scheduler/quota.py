@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from scheduler import tasks
 from scheduler.errors import QuotaExceeded, SchedulerUnavailable
 from scheduler.policy.quota import QuotaLimits, QuotaPlan
 from scheduler.policy.quota import plan as make_plan
@@ -150,8 +151,7 @@ class Quotas:
 
     async def stop(self) -> None:
         if self._loop is not None:
-            self._loop.cancel()
-            await asyncio.gather(self._loop, return_exceptions=True)
+            await tasks.stop([self._loop])
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.telemetry.stats import WindowStats, summarize
+from scheduler import tasks
 from scheduler.queue.keys import StatsKeys
 from scheduler.queue.scripts import StatsScripts
 
@@ -69,8 +70,7 @@ class ClusterStats:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
 
     async def _loop(self) -> None:
         while True:

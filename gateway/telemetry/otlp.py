@@ -32,6 +32,7 @@ from gateway.telemetry import semconv as sc
 from gateway.telemetry.instruments import Counter, Instrument, Key, Registry
 from gateway.telemetry.instruments import Gauge as GaugeInstrument
 from gateway.telemetry.instruments import Histogram as HistogramInstrument
+from scheduler import tasks
 
 log = logging.getLogger("triage.telemetry")
 _CUMULATIVE = AggregationTemporality.CUMULATIVE
@@ -85,8 +86,7 @@ class OtlpMetrics:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
             await self.export()  # the last interval's numbers
         await asyncio.to_thread(self._exporter.shutdown)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from scheduler import tasks
 from scheduler.backends import engine_metrics, engines, names
 from scheduler.backends.backend import BackendConfig, BackendState, MetricsNotServed, Probe
 from scheduler.backends.breaker import Breaker, Health
@@ -233,8 +234,7 @@ class BackendRegistry:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
         for b in self.backends.values():
             if b._cool_timer is not None:
                 b._cool_timer.cancel()

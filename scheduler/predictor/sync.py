@@ -15,6 +15,8 @@ from typing import Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from scheduler import tasks
+
 log = logging.getLogger("triage.learning")
 
 
@@ -37,8 +39,7 @@ class PredictorSync:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
         await self._sync(pull=False)
 
     async def _loop(self) -> None:

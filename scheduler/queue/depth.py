@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import parse_ticket
 
@@ -78,8 +79,7 @@ class QueueDepth:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await tasks.stop([self._task])
 
     async def _loop(self, interval_s: float) -> None:
         while True:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from scheduler import tasks
 from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
 from scheduler.queue.drain_rate import DrainRate
 from scheduler.queue.keys import PoolKeys
@@ -99,9 +100,7 @@ class Dispatcher:
         self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
 
     async def stop(self) -> None:
-        for task in self._loops:
-            task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await tasks.stop(self._loops)
         self._loops.clear()
         for pool, held in self._held.items():  # leases nothing released (a stream cut at exit)
             for lease in list(held):
@@ -343,7 +342,10 @@ class Dispatcher:
                 await asyncio.sleep(0.5)
                 continue
             if item is not None:
-                self._deliver(pool, [parse_message(item[1])])
+                try:
+                    self._deliver(pool, [parse_message(item[1])])
+                except Exception:  # noqa: BLE001 - one bad message must not end the listener
+                    log.exception("inbox %s: a message could not be delivered", key)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -352,6 +354,8 @@ class Dispatcher:
                     await self.heartbeat(pool)
                 except RedisError as exc:
                     log.warning("heartbeat for pool %s failed: %s", pool, exc)
+                except Exception:  # noqa: BLE001 - a loop that died would leave the replica looking dead
+                    log.exception("heartbeat for pool %s failed", pool)
             await asyncio.sleep(self._heartbeat_s)
 
     async def heartbeat(self, pool: str) -> None:

@@ -120,12 +120,13 @@ class Scheduler:
         """Wait for the grant while a backend may still serve the request: once every
         backend of its model has been down for the grace (or a reload removed the last
         one), the ticket is withdrawn and the wait ends in ``BackendsDown`` (``NoBackend``),
-        at once rather than at the request's deadline. Re-checked at each probe round."""
+        at once rather than at the request's deadline. Woken only while no backend is up, at
+        each probe round."""
         model = adm.inp.model
         work = asyncio.ensure_future(waiting)
         try:
             while not work.done():
-                await asyncio.wait({work, self.registry.next_round()}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({work, self.registry.unserved(model)}, return_when=asyncio.FIRST_COMPLETED)
                 if work.done():
                     break
                 refusal = self._unservable(model)

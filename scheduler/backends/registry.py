@@ -67,7 +67,7 @@ class BackendRegistry:
             self.backends[c.name] = self._state(c)
         self.retired: dict[str, BackendConfig] = {}  # removed by a reload; requests on them finish
         self._task: asyncio.Task[None] | None = None
-        self._round: asyncio.Future[None] | None = None  # done when health may have changed
+        self._unserved: dict[str, asyncio.Future[None]] = {}  # model -> done when none may serve it
 
     def _state(self, c: BackendConfig) -> BackendState:
         params = c.limit or LimitParams(initial=c.max_concurrency, adaptive=False, ceiling=c.max_concurrency)
@@ -123,16 +123,21 @@ class BackendRegistry:
         self._changed()
         return changes
 
-    def next_round(self) -> asyncio.Future[None]:
-        """Done after the next probe round, reload or change of health: when what
-        ``down_for`` and ``pool_of`` say may have changed (waiters re-check then)."""
-        if self._round is None or self._round.done():
-            self._round = asyncio.get_running_loop().create_future()
-        return self._round
+    def unserved(self, model: str) -> asyncio.Future[None]:
+        """Done at the first probe round, reload or change of health after which no healthy
+        backend serves the model (all down, or none configured): its waiters then check
+        whether to give up. One future per model, however many wait on it."""
+        future = self._unserved.get(model)
+        if future is None or future.done():
+            future = self._unserved[model] = asyncio.get_running_loop().create_future()
+        return future
 
     def _changed(self) -> None:
-        if self._round is not None and not self._round.done():
-            self._round.set_result(None)
+        for model, future in list(self._unserved.items()):
+            if future.done() or self.pool_of(model) is None or self.down_for(model) is not None:
+                del self._unserved[model]
+                if not future.done():
+                    future.set_result(None)
 
     @property
     def probe_interval_s(self) -> float:

@@ -18,6 +18,7 @@ import pytest
 from redis.asyncio import Redis
 
 from loadtests.engines.vllm import VllmServer, metric
+from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
 from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS
 from tests.support import eventually
@@ -168,9 +169,7 @@ async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_g
             return v["limit"] < MAX_IN_ENGINE and v["limit_reason"] == "engine is queueing"
 
         await eventually(limit_cut, within_s=60)
-        for run in runs:
-            run.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
+        await tasks.stop(runs)  # the clients leave (asked again should a cancellation be lost)
     await on_engine(lambda: engine_idle(vllm), within_s=60)
 
 
@@ -199,9 +198,7 @@ async def test_a_full_vllm_queue_is_absorbed_by_the_gateway_queue(
 
         await on_engine(refused, within_s=120)
         assert not any(a.done() for a in answers)  # held by the gateway, not answered with vLLM's 503
-        for run in fill:
-            run.cancel()
-        await asyncio.gather(*fill, return_exceptions=True)
+        await tasks.stop(fill)
         done = await asyncio.gather(*answers)
     statuses = sorted(a.status_code for a in done)
     assert statuses == [200] * clients, [a.text for a in done if a.status_code != 200][:1]
@@ -238,12 +235,10 @@ async def test_engine_priority_orders_vllms_own_queue(
         await on_engine(lambda: _waiting_is(vllm, 1), within_s=60)
         short = asyncio.create_task(first_token("short", chat(vllm, 5, True, text="short"), SHORT))
         await on_engine(lambda: _waiting_is(vllm, 2), within_s=60)
-        fill[0].cancel()  # one slot frees: vLLM's scheduler picks one of the two waiting
+        await tasks.stop(fill[:1])  # one slot frees: vLLM's scheduler picks one of the two waiting
         await eventually(lambda: len(started) == 1, within_s=120)
-        for run in fill[1:]:
-            run.cancel()
+        await tasks.stop(fill[1:])
         await asyncio.gather(late_long, short)
-        await asyncio.gather(*fill, return_exceptions=True)
     assert started == (["short", "long"] if engine_priority else ["long", "short"])
     await on_engine(lambda: engine_idle(vllm), within_s=60)
 

@@ -1,8 +1,8 @@
 """Stopping background tasks for certain.
 
-``task.cancel()`` asks once. A library can swallow that request: redis-py does, in a race
-between its own read timeout and the cancellation, and the loop around the call then runs
-on (a stopped replica went on sending heartbeats, and its ``stop()`` never returned).
+``task.cancel()`` asks once. A library can swallow that request: a loop awaiting a redis-py
+8.1 call was seen to stay "cancelling" while it ran on (a stopped replica went on sending
+heartbeats, and its ``stop()`` never returned).
 ``stop`` asks again until every task has ended.
 """
 

@@ -1,5 +1,5 @@
-"""``tasks.stop`` ends a loop even when a call inside it swallows the cancellation (as
-redis-py does in a race between its read timeout and the cancel)."""
+"""``tasks.stop`` ends a loop even when a call inside it swallows the cancellation (as a
+redis-py call was seen to)."""
 
 from __future__ import annotations
 

@@ -9,11 +9,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import uvicorn
+from redis.asyncio import Redis
 
 from gateway.settings import Settings
+from scheduler.queue import state
+from scheduler.queue.keys import PoolKeys
 from simulator.testing import running_app, serving
 
-__all__ = ["MODEL", "ROOT", "eventually", "running_app", "serving_gateway"]
+__all__ = ["MODEL", "ROOT", "busy_is", "eventually", "queue_is", "running_app", "serving_gateway"]
 
 MODEL = "sim-model"  # the model the shared simulator serves
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -35,6 +38,15 @@ async def eventually(
             raise AssertionError(f"condition not met within {within_s} s")
         await asyncio.sleep(every_s)
 
+
+async def queue_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
+    """Does the pool's queue hold ``n`` tickets?"""
+    return await redis.zcard(keys.queue) == n
+
+
+async def busy_is(redis: Redis, keys: PoolKeys, n: int, backend: str = "sim") -> bool:
+    """Does ``backend`` hold ``n`` leases (every replica's)?"""
+    return await state.busy(redis, keys, backend) == n
 
 def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str]:
     """Serve a gateway as ``triage serve`` does (its connection limits included), on a free port."""

@@ -13,11 +13,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.support import MODEL, eventually
+from tests.support import MODEL, busy_is, eventually, queue_is
 
 CHAT = "/v1/chat/completions"
 
@@ -64,10 +63,10 @@ async def test_queued_requests_end_when_their_last_backend_goes_down(
             long_body = {"model": MODEL, "messages": [{"role": "user", "content": "long"}], "max_tokens": 5000,
                          "ignore_eos": True, "stream": True}
             holder = asyncio.create_task(http.post(CHAT, json=long_body))
-            await eventually(lambda: _busy(redis, keys))
+            await eventually(lambda: busy_is(redis, keys, 1))
             body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": stream}
             queued = asyncio.create_task(http.post(CHAT, json=body))
-            await eventually(lambda: _queued(redis, keys, 1))
+            await eventually(lambda: queue_is(redis, keys, 1))
             await http.post(f"{sim}/sim/faults", json={"down": True})  # its probe now fails
             resp = await asyncio.wait_for(queued, 60)  # far less than the queue's 300 s
             holder.cancel()
@@ -80,12 +79,4 @@ async def test_queued_requests_end_when_their_last_backend_goes_down(
         error = resp.json()["error"]
         assert int(resp.headers["retry-after"]) >= 1
     assert error["code"] == "no_backend", error
-    await eventually(lambda: _queued(redis, keys, 0))
-
-
-async def _busy(redis: Redis, keys: PoolKeys) -> bool:
-    return await state.busy(redis, keys, "sim") == 1
-
-
-async def _queued(redis: Redis, keys: PoolKeys, n: int) -> bool:
-    return await redis.zcard(keys.queue) == n
+    await eventually(lambda: queue_is(redis, keys, 0))

@@ -13,11 +13,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import state
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.support import MODEL, eventually
+from tests.support import MODEL, busy_is, eventually, queue_is
 
 LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: it may be paused
 SHORT = {"x-triage-expected-tokens": "5"}
@@ -153,14 +152,6 @@ async def test_no_pause_on_a_backend_that_cannot_resume(
         raw = await victim
     assert b": paused" not in raw and content(short)
     assert await paused_count(redis, keys) == 0 and not await redis.hgetall(keys.progress)
-
-
-async def queue_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
-    return await redis.zcard(keys.queue) == n
-
-
-async def busy_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
-    return await state.busy(redis, keys, "sim") == n
 
 
 async def sim_running(sim: str, n: int) -> bool:

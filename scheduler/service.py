@@ -136,8 +136,14 @@ class Scheduler:
                         return await work  # granted after all: serve it
                     raise refusal
             return work.result()
-        finally:
-            work.cancel()  # our own wait was cancelled (the client left): withdraw the ticket
+        except BaseException:
+            # our own wait was cancelled (the client left), or it failed: withdraw the ticket,
+            # or give back the grant that came just as we were cancelled
+            if work.done() and not work.cancelled() and work.exception() is None:
+                self.dispatcher.release_soon(work.result())
+            else:
+                work.cancel()
+            raise
 
     def _unservable(self, model: str) -> NoBackend | None:
         if self.registry.pool_of(model) is None:

@@ -1,3 +1,1 @@
-"""The HTTP surface: OpenAI-compatible routes, auth, the request's way (``proxy``), the
-SSE relay, the upstream boundary (``upstream``) and telemetry (``telemetry``).
-``app.create_app`` is the one place it is all wired."""
+"""The gateway: OpenAI-compatible HTTP in front of the scheduler (map: docs/architecture.md)."""

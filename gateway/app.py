@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,23 +15,25 @@ from redis.asyncio import Redis
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway import admin, admin_keys, redis_client
-from gateway.auth import Authenticator, quota_limits
-from gateway.backoff import Backoff
-from gateway.drain import Drain, InFlight
+from gateway.api import admin, admin_keys
+from gateway.api.auth import Authenticator, quota_limits
+from gateway.api.keystore import KeyStore
+from gateway.api.routes import router
+from gateway.api.state import Gateway
 from gateway.errors import GatewayError
-from gateway.keystore import KeyStore
-from gateway.proxy import Proxy
-from gateway.reload import ConfigSource, Reloader
-from gateway.routes import router
+from gateway.request.backoff import Backoff
+from gateway.request.proxy import Proxy
+from gateway.server import redis_client
+from gateway.server.drain import Drain, InFlight
+from gateway.server.reload import ConfigSource, Reloader
 from gateway.settings import ConfigError, Settings
-from gateway.state import Gateway
-from gateway.telemetry.hub import OtelConfig, Telemetry
+from gateway.telemetry.hub import OtelConfig, Telemetry, TelemetrySettings
 from gateway.upstream.client import Upstream, make_client
 from gateway.upstream.probe import HttpProbe
 from gateway.upstream.refusal import Cooldown
 from scheduler.backends.backend import BackendConfig
 from scheduler.backends.registry import BackendRegistry
+from scheduler.job import SchedulerParams
 from scheduler.policy.classify import Classifier
 from scheduler.policy.limits import LimitParams
 from scheduler.policy.order import PolicyParams
@@ -40,9 +43,9 @@ from scheduler.predictor.factory import Built, PredictorSpec, PredictorUnavailab
 from scheduler.predictor.sync import PredictorSync
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.scripts import Scripts, Timing
-from scheduler.quota import Quotas
+from scheduler.quotas import Quotas
 from scheduler.service import Scheduler
-from scheduler.types import ClassThresholds
+from scheduler.types import ClassThresholds, ResumeMode
 
 
 def backend_configs(settings: Settings) -> list[BackendConfig]:
@@ -50,7 +53,7 @@ def backend_configs(settings: Settings) -> list[BackendConfig]:
         BackendConfig(
             name=b.name, url=b.url, pool=b.pool, max_concurrency=b.max_concurrency,
             models=tuple(b.models) if b.models is not None else None, api_key=b.api_key,
-            weight=b.weight, engine_priority=b.engine_priority, resume=b.resume != "none",
+            weight=b.weight, engine_priority=b.engine_priority, resume=ResumeMode(b.resume),
             engine=b.engine, concurrency_set="max_concurrency" in b.model_fields_set,
             priority_order=b.engine_priority_order,
             limit=LimitParams(
@@ -109,9 +112,130 @@ def shared_redis(url: str, name: str, max_connections: int = 64) -> Redis:
     """The gateway's client for queue operations; ``name`` shows in Redis's CLIENT LIST.
 
     One server, a cluster or a Sentinel-watched master, as ``url`` says
-    (``gateway/redis_client.py``): a stale connection is retried on a fresh one (every
+    (``gateway/server/redis_client.py``): a stale connection is retried on a fresh one (every
     script is safe to retry), and a burst waits for a free connection instead of failing."""
     return redis_client.command_client(url, name, max_connections)
+
+
+def timing(settings: Settings) -> Timing:
+    return Timing(
+        settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
+        max_slack_s=settings.max_slack_s, preempt=settings.preempt, quantum_tokens=settings.quantum_tokens,
+        max_pauses=settings.max_pauses, preempt_after_s=settings.preempt_after_ms / 1000,
+    )
+
+
+def scheduler_params(settings: Settings) -> SchedulerParams:
+    return SchedulerParams(
+        open_tier=settings.tiers[0], preempt=settings.preempt, quantum_tokens=settings.quantum_tokens,
+        no_backend_grace_s=settings.no_backend_grace_s, overload_max_attempts=settings.overload_max_attempts,
+    )
+
+
+def classifier(settings: Settings, predictor: Built) -> Classifier:
+    thresholds = ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens)
+    return Classifier(predictor.predictor, settings.policy, policy_params(settings), thresholds)
+
+
+def telemetry_settings(settings: Settings, owner: str) -> TelemetrySettings:
+    return TelemetrySettings(
+        key_prefix=settings.key_prefix, policy=settings.policy.value, instance_id=owner,
+        capture_content=settings.trace_content, request_log=settings.request_log,
+        stats_publish_s=settings.stats_publish_s, depth_refresh_s=settings.probe_interval_s,
+    )
+
+
+class Part(Protocol):
+    """A part of the gateway with a life of its own: background loops, a first read."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def start_all(stack: AsyncExitStack, *parts: Part | None) -> None:
+    """Start the parts in order, each to be stopped when ``stack`` closes (in reverse order):
+    should one fail to start, those started before it are stopped."""
+    for part in parts:
+        if part is not None:
+            await part.start()
+            stack.push_async_callback(part.stop)
+
+
+async def start_gateway(
+    stack: AsyncExitStack, settings: Settings, predictor: Built, drain: Drain, *,
+    otel: OtelConfig, tracer_provider: TracerProvider | None,
+) -> Gateway:
+    """Connect, build every part and start them; ``stack`` stops and closes them all."""
+    assert settings.redis_url is not None  # create_app checked
+    owner = f"r{uuid.uuid4().hex[:12]}"
+    redis = shared_redis(settings.redis_url, f"triage-{owner}")
+    stack.push_async_callback(redis.aclose)
+    listen = redis_client.listener_client(settings.redis_url, f"triage-{owner}-inbox")  # its own, for BLPOP
+    stack.push_async_callback(listen.aclose)
+    client = make_client(settings.upstream_timeout_s)
+    stack.push_async_callback(client.aclose)
+
+    configs = backend_configs(settings)
+    scripts = Scripts(redis, timing(settings))
+    dispatcher = Dispatcher(
+        redis, listen, scripts, settings.key_prefix, owner, {c.pool for c in configs},
+        QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
+    )
+    registry = BackendRegistry(
+        configs, HttpProbe(client), dispatcher, probe_interval_s=settings.probe_interval_s,
+        reservation=reservation_params(settings), aliases=settings.aliases,
+    )
+    telemetry = Telemetry(
+        telemetry_settings(settings, dispatcher.owner), registry, redis,
+        otel=otel, tracer_provider=tracer_provider,
+    )
+    keystore = KeyStore(redis, settings.key_prefix, sync_s=settings.key_sync_s)
+    defaults, tenants = quota_config(settings)
+    quotas = Quotas(
+        redis, settings.key_prefix, defaults=defaults, tenants=tenants,
+        hold_s=settings.lease_ttl_s, renew_s=settings.heartbeat_s,
+    )
+    scheduler = Scheduler(
+        dispatcher, registry, classifier(settings, predictor), scheduler_params(settings), quotas
+    )
+    gateway = Gateway(
+        settings=settings, redis=redis, dispatcher=dispatcher, registry=registry,
+        auth=Authenticator(settings, keystore),
+        proxy=Proxy(scheduler, Upstream(client), Backoff(cooldown(settings))),
+        telemetry=telemetry, drain=drain, keys=keystore, quotas=quotas,
+    )
+    shared = predictor.shared
+    sync = PredictorSync(shared, redis, interval_s=settings.predictor_sync_s) if shared is not None else None
+    drain.bind(dispatcher.hand_back)
+    await start_all(stack, keystore, quotas, dispatcher, registry, telemetry, sync)
+    return gateway
+
+
+def reload_apply(settings: Settings, gateway: Gateway) -> Callable[[Settings], Awaitable[list[str]]]:
+    """What a reload changes: the config file's keys, the quotas, the backends."""
+    applied = {"keys": settings.api_keys, "quotas": (settings.default_quota, settings.tenant_quotas)}
+    registry, quotas = gateway.registry, gateway.quotas
+
+    async def apply(new: Settings) -> list[str]:
+        changes = []
+        if new.api_keys != applied["keys"]:
+            gateway.auth.reload(new)
+            applied["keys"] = new.api_keys
+            changes.append(f"{len(new.api_keys)} keys in the config file")
+        if (new.default_quota, new.tenant_quotas) != applied["quotas"]:
+            quotas.defaults, quotas.tenants = quota_config(new)
+            applied["quotas"] = (new.default_quota, new.tenant_quotas)
+            changes.append("quotas")
+        if new.aliases != registry.aliases:
+            registry.aliases = dict(new.aliases)
+            changes.append("aliases")
+        changes += await registry.reconcile(backend_configs(new))
+        for pool in registry.reservations:  # a new pool's depth, in /metrics and /admin/stats
+            gateway.telemetry.depth.add_pool(pool)
+        return changes
+
+    return apply
 
 
 def create_app(
@@ -124,103 +248,23 @@ def create_app(
     (``reload.py``); None: no reload."""
     if not settings.redis_url:
         raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
-    redis_url: str = settings.redis_url
     otel = otel if otel is not None else OtelConfig.from_env(os.environ)
     predictor = make_predictor(settings)  # here, not at startup: a bad weights file is a config error
     drain = Drain(settings.drain_timeout_s)  # before the lifespan: a signal may come at any time
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owner = f"r{uuid.uuid4().hex[:12]}"
-        redis = shared_redis(redis_url, f"triage-{owner}")
-        listen = redis_client.listener_client(redis_url, f"triage-{owner}-inbox")  # its own, for BLPOP
-        client = make_client(settings.upstream_timeout_s)
-        timing = Timing(
-            settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
-            max_slack_s=settings.max_slack_s, preempt=settings.preempt, quantum_tokens=settings.quantum_tokens,
-            max_pauses=settings.max_pauses, preempt_after_s=settings.preempt_after_ms / 1000,
-        )
-        scripts = Scripts(redis, timing)
-        configs = backend_configs(settings)
-        pools = {c.pool for c in configs}
-        dispatcher = Dispatcher(
-            redis, listen, scripts, settings.key_prefix, owner, pools,
-            QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
-        )
-        registry = BackendRegistry(
-            configs, HttpProbe(client), dispatcher, settings.probe_interval_s, reservation_params(settings),
-            aliases=settings.aliases,
-        )
-        shared = predictor.shared
-        sync = PredictorSync(shared, redis, settings.predictor_sync_s) if shared is not None else None
-        classifier = Classifier(
-            predictor.predictor, settings.policy, policy_params(settings),
-            ClassThresholds(settings.short_max_tokens, settings.medium_max_tokens),
-        )
-        telemetry = Telemetry(
-            otel, registry, redis, settings.key_prefix, settings.policy.value, settings.trace_content,
-            tracer_provider, dispatcher.owner, settings.request_log, settings.stats_publish_s,
-        )
-        keystore = KeyStore(redis, settings.key_prefix, settings.key_sync_s)
-        defaults, tenants = quota_config(settings)
-        quotas = Quotas(redis, settings.key_prefix, defaults, tenants, settings.lease_ttl_s, settings.heartbeat_s)
-        scheduler = Scheduler(dispatcher, registry, classifier, settings.tiers[0], settings.preempt,
-                              settings.quantum_tokens, settings.no_backend_grace_s)
-        backoff = Backoff(scheduler, cooldown(settings), settings.overload_max_attempts)
-        gateway = Gateway(
-            settings, redis, dispatcher, registry, Authenticator(settings, keystore),
-            Proxy(scheduler, Upstream(client), quotas, backoff),
-            telemetry, drain, keystore, quotas,
-        )
-        drain.bind(dispatcher.hand_back)
-        app.state.gateway = gateway
-        applied = {"keys": settings.api_keys, "quotas": (settings.default_quota, settings.tenant_quotas)}
-
-        async def apply(new: Settings) -> list[str]:
-            """What a reload changes: the config file's keys, the quotas, the backends."""
-            changes = []
-            if new.api_keys != applied["keys"]:
-                gateway.auth.reload(new)
-                applied["keys"] = new.api_keys
-                changes.append(f"{len(new.api_keys)} keys in the config file")
-            if (new.default_quota, new.tenant_quotas) != applied["quotas"]:
-                quotas.defaults, quotas.tenants = quota_config(new)
-                applied["quotas"] = (new.default_quota, new.tenant_quotas)
-                changes.append("quotas")
-            if new.aliases != registry.aliases:
-                registry.aliases = dict(new.aliases)
-                changes.append("aliases")
-            changes += await registry.reconcile(backend_configs(new))
-            for pool in registry.reservations:  # a new pool's depth, in /metrics and /admin/stats
-                telemetry.depth.add_pool(pool)
-            return changes
-
-        reloader = Reloader(source, settings.reload_check_s, apply, settings) if source is not None else None
-        app.state.reloader = reloader
-        await keystore.start()
-        await quotas.start()
-        await dispatcher.start()
-        await registry.start()
-        await telemetry.start(settings.probe_interval_s)
-        if sync is not None:
-            await sync.start()
-        if reloader is not None:
-            await reloader.start()
-        try:
+        async with AsyncExitStack() as stack:
+            gateway = await start_gateway(
+                stack, settings, predictor, drain, otel=otel, tracer_provider=tracer_provider
+            )
+            app.state.gateway = gateway
+            app.state.reloader = reloader = (
+                Reloader(source, settings.reload_check_s, reload_apply(settings, gateway), settings)
+                if source is not None else None
+            )
+            await start_all(stack, reloader)
             yield
-        finally:
-            if reloader is not None:
-                await reloader.stop()
-            if sync is not None:
-                await sync.stop()
-            await telemetry.stop()
-            await registry.stop()
-            await dispatcher.stop()
-            await quotas.stop()
-            await keystore.stop()
-            await client.aclose()
-            await listen.aclose()
-            await redis.aclose()
 
     app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)

@@ -12,6 +12,7 @@ import orjson
 from starlette.responses import Response
 
 from scheduler import errors as sched
+from scheduler.types import RateLimits
 
 
 class GatewayError(Exception):
@@ -55,12 +56,15 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 def from_scheduler(exc: sched.SchedulerError) -> GatewayError:
+    if isinstance(exc, sched.BackendOverloaded):
+        return backend_overloaded(exc.status, exc.retry_after_s)
     if isinstance(exc, sched.QueueFull):
         return GatewayError(429, str(exc), "rate_limit_error", "queue_full", retry_after_s=exc.retry_after_s)
     if isinstance(exc, sched.QuotaExceeded):
         code = "request_too_large" if exc.retry_after_s is None else "rate_limit_exceeded"
         return GatewayError(
-            429, str(exc), "rate_limit_error", code, retry_after_s=exc.retry_after_s, headers=exc.headers
+            429, str(exc), "rate_limit_error", code, retry_after_s=exc.retry_after_s,
+            headers=ratelimit_headers(exc.limits) if exc.limits is not None else None,
         )
     if isinstance(exc, sched.Shed):
         return GatewayError(429, str(exc), "rate_limit_error", "shed", retry_after_s=exc.retry_after_s)
@@ -96,3 +100,24 @@ def backend_overloaded(status: int, retry_after_s: float | None) -> GatewayError
         503, "The model's backends are overloaded; the request could not be served before its deadline.",
         "service_unavailable", "backend_overloaded", retry_after_s=retry_after_s or 1.0,
     )
+
+
+def ratelimit_headers(limits: RateLimits) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-*`` headers for the tighter scope's numbers, per kind."""
+    out: dict[str, str] = {}
+    for kind, value in (("requests", limits.requests), ("tokens", limits.tokens)):
+        if value is not None:
+            limit, remaining, reset = value
+            out[f"x-ratelimit-limit-{kind}"] = str(limit)
+            out[f"x-ratelimit-remaining-{kind}"] = str(remaining)
+            out[f"x-ratelimit-reset-{kind}"] = _duration(reset)
+    return out
+
+
+def _duration(seconds: float) -> str:
+    """As OpenAI writes resets: ``20ms``, ``1.5s``, ``6m0s``."""
+    if seconds < 1:
+        return f"{int(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60)}s"

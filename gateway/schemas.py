@@ -1,7 +1,9 @@
 """Only the OpenAI request fields the gateway reads or writes; everything else passes through.
 
 The body is parsed once (orjson). It is forwarded byte for byte unless the gateway
-must change a field (``stream_options.include_usage``), and then re-encoded once.
+must change a field — ``stream_options.include_usage``, the engine's ``priority``, and
+for a paused request's next part the text so far and what is left of ``max_tokens``
+(``InferenceRequest.upstream_body``, the one rewrite) — and then re-encoded once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ class Endpoint(enum.StrEnum):
     def operation(self) -> str:
         """The OpenTelemetry GenAI operation name."""
         return {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}.get(self.value, "text_completion")
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """What a paused request's next part carries: the text so far, and its output tokens."""
+
+    text: str
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +64,21 @@ class InferenceRequest:
             return self
         return dataclasses.replace(self, model=model, body={**self.body, "model": model}, raw=b"")
 
-    def upstream_body(self, priority: int | None = None) -> bytes:
-        """The bytes to send upstream: the client's own unless a field must change."""
+    def upstream_body(self, priority: int | None = None, carried: Carried | None = None) -> bytes:
+        """The bytes to send upstream: the client's own unless a field must change — the
+        usage chunk asked for, the engine's priority, and for a paused request's next part
+        the text so far (``carried``) with what is left of its budget."""
         changes: dict[str, Any] = {}
-        if self.stream and not self.include_usage:
+        if carried is not None:
+            if self.endpoint is Endpoint.CHAT:
+                messages = [*self.body["messages"], {"role": "assistant", "content": carried.text}]
+                changes.update(messages=messages, continue_final_message=True, add_generation_prompt=False)
+            else:
+                changes["prompt"] = self.body["prompt"] + carried.text
+            for name in ("max_completion_tokens", "max_tokens"):
+                if isinstance(self.body.get(name), int):
+                    changes[name] = max(1, self.body[name] - carried.tokens)
+        if self.stream and (not self.include_usage or carried is not None):
             options = dict(self.body.get("stream_options") or {})
             options["include_usage"] = True
             changes["stream_options"] = options

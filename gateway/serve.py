@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
-from gateway import redis_client
-from gateway.reload import ConfigSource
+from gateway.server import redis_client
+from gateway.server.reload import ConfigSource
 from gateway.settings import BackendSettings, ConfigError, Settings
 
 
@@ -65,9 +65,9 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.connections import server_options
-    from gateway.drain import draining_server
-    from gateway.embedded import EmbeddedRedis, EmbeddedSimulator
+    from gateway.server.connections import server_options
+    from gateway.server.drain import draining_server
+    from gateway.server.embedded import EmbeddedRedis, EmbeddedSimulator
 
     embedded: list[str] = []
     with ExitStack() as stack:
@@ -108,7 +108,7 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
         config = uvicorn.Config(
             app, log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
         )
-        # the first SIGTERM / SIGINT drains (gateway/drain.py), a second one stops at once
+        # the first SIGTERM / SIGINT drains (gateway/server/drain.py), a second one stops at once
         draining_server(_quiet_stop_server(), config, app.state.drain).run()
 
 
@@ -128,10 +128,10 @@ def _run_workers(settings: Settings) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from gateway.connections import WORKER_SETTINGS_ENV, server_options
+    from gateway.server.connections import WORKER_SETTINGS_ENV, server_options
 
     os.environ[WORKER_SETTINGS_ENV] = settings.model_dump_json()
-    options = {**server_options(settings), "http": "gateway.connections:WorkerProtocol"}  # importable by name
+    options = {**server_options(settings), "http": "gateway.server.connections:WorkerProtocol"}  # importable by name
     config = uvicorn.Config(
         functools.partial(worker_app, settings.model_dump_json()), factory=True, workers=settings.workers,
         log_level="info", timeout_graceful_shutdown=10, **options,

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gateway import redis_client
+from gateway.server import redis_client
 from scheduler.policy.order import PolicyName
 
 
@@ -190,7 +190,7 @@ class Settings(BaseSettings):
     request_log: bool = False
     # the cluster-wide view: each replica publishes its stats window this often
     stats_publish_s: float = Field(default=2.0, gt=0)
-    # slow, idle and too many clients (gateway/connections.py; docs/configuration.md)
+    # slow, idle and too many clients (gateway/server/connections.py; docs/configuration.md)
     header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head, from its first byte
     body_timeout_s: float = Field(default=30.0, gt=0)  # the whole body, once the head is in
     keep_alive_timeout_s: float = Field(default=5.0, gt=0)  # idle between requests on one connection

@@ -11,6 +11,9 @@ Servers differ: vLLM writes ``data: {...}\\n\\n``, TGI ``data:{...}\\n\\n``, and
 sse-starlette (llama-cpp-python) ``data: {...}\\r\\n\\r\\n``. The relay
 (``relay.py``) cuts a stream at event ends (``event_end``) without decoding it and
 parses, with ``Parser``, only the events it must read.
+
+Writing is here too, once: ``comment``, ``data``, ``error`` and ``DONE`` are the only
+ways the gateway puts an event of its own on a client's stream.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass
+
+from gateway.errors import error_body
 
 # one line end (a CR followed by LF is one), then another: a blank line, an event's end
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
@@ -119,3 +124,22 @@ class Parser:
 def parse(raw: bytes) -> list[Event]:
     """Every event in ``raw``, complete ones only."""
     return Parser().feed(raw)
+
+
+# -- writing ---------------------------------------------------------------------------
+DONE = b"data: [DONE]\n\n"
+
+
+def comment(text: str) -> bytes:
+    """A comment line as one event: clients ignore it; it keeps the stream (and proxies) awake."""
+    return b": " + text.encode() + b"\n\n"
+
+
+def data(payload: bytes) -> bytes:
+    """One data event carrying ``payload`` (one line of JSON)."""
+    return b"data: " + payload + b"\n\n"
+
+
+def error(message: str, type_: str, code: str | None = None) -> bytes:
+    """An OpenAI-style error as one data event: the SDKs raise it as an API error."""
+    return data(error_body(message, type_, code))

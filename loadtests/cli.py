@@ -147,7 +147,8 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     """``triage bench compare``: the same seeded load through direct, FIFO, short-first and oracle."""
-    from loadtests.compare import CompareError, run
+    from loadtests.compare import run
+    from loadtests.compare_options import CompareError
 
     quiet_http_logs()
     started = time.perf_counter()

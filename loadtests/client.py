@@ -2,7 +2,7 @@
 
 The one place httpx errors become failure labels. Times are ``perf_counter`` seconds
 relative to the run's start, so records of one run compare directly. Definitions
-follow DESIGN.md §3: TTFT is send -> first chunk with non-empty content, E2E is
+follow docs/loadtests.md#metrics: TTFT is send -> first chunk with non-empty content, E2E is
 send -> last byte, ITL the gaps between content chunks.
 """
 

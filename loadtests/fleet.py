@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from gateway.embedded import EmbeddedRedis, await_http_ready, free_port, stop_child
+from gateway.server.embedded import EmbeddedRedis, await_http_ready, free_port, stop_child
 from loadtests.fleet_watch import QueueWatch, idle_rates, server_counters, server_delta
 from loadtests.metrics import percentile
 from loadtests.stack import Child, StackError, gateway

@@ -1,4 +1,4 @@
-"""Turning request records into the numbers of DESIGN.md §3, per class and overall.
+"""Turning request records into the numbers of docs/loadtests.md#metrics, per class and overall.
 
 - Warm-up requests (the first N sent, or those sent in the first T seconds) are left out.
 - Failed requests are counted by failure label and never averaged in; requests cut off

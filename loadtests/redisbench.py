@@ -214,7 +214,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.embedded import EmbeddedRedis
+    from gateway.server.embedded import EmbeddedRedis
 
     server = None if args.redis_url else EmbeddedRedis()
     url = args.redis_url or server.start()  # type: ignore[union-attr]

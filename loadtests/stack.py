@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gateway.embedded import await_http_ready, free_port, stop_child
+from gateway.server.embedded import await_http_ready, free_port, stop_child
 
 
 class StackError(Exception):

@@ -10,6 +10,7 @@
      ├── Evicted             taken out of the queue after it was admitted
      │    ├── DeadlineExceeded  waited longer than its deadline -> 504
      │    └── Shed           pushed out for more urgent work -> 429
+     ├── BackendOverloaded   backends refused it as overloaded until it could wait no longer -> 429/503
      └── SchedulerUnavailable   Redis cannot be reached -> 503
 
 ``outcome`` is a low-cardinality label for metrics (``types.Outcome``).
@@ -17,7 +18,7 @@
 
 from __future__ import annotations
 
-from scheduler.types import Outcome
+from scheduler.types import Outcome, RateLimits
 
 
 class SchedulerError(Exception):
@@ -40,11 +41,11 @@ class QuotaExceeded(Rejected):
     outcome: Outcome = Outcome.QUOTA
 
     def __init__(
-        self, message: str, retry_after_s: float | None, headers: dict[str, str] | None = None, limit: str = "",
+        self, message: str, retry_after_s: float | None, limits: RateLimits | None = None, limit: str = "",
     ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s  # None: no wait helps (the request exceeds the limit itself)
-        self.headers = headers or {}  # x-ratelimit-*
+        self.limits = limits  # the x-ratelimit-* numbers
         self.limit = limit  # requests | tokens | concurrent
 
 
@@ -84,6 +85,16 @@ class Shed(Evicted):
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class BackendOverloaded(SchedulerError):
+    """Backends answered it 429/503 (busy, not broken) and it can wait no longer: past its
+    deadline, past the attempts allowed, or no backend of its model free before its deadline."""
+
+    def __init__(self, status: int, retry_after_s: float | None) -> None:
+        super().__init__(f"backends refused the request as overloaded ({status})")
+        self.status = status  # the backends' own: 429 (rate limited) or 503 (overloaded)
+        self.retry_after_s = retry_after_s  # when a backend of the model may take work; None: unknown
 
 
 class SchedulerUnavailable(SchedulerError):

@@ -172,6 +172,16 @@ class Message:
     borrowed: bool = False  # a grant of a slot reserved for open (short) work
 
 
+class ResumeMode(enum.StrEnum):
+    """How a backend continues a paused generation: the request's text so far sent back as a
+    final assistant message with ``continue_final_message`` (vLLM's and SGLang's field), or
+    not at all (its generations are never paused)."""
+
+    NONE = "none"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
 @dataclass(frozen=True, slots=True)
 class BackendRecord:
     """What the pool's Redis keys hold about one backend."""
@@ -189,6 +199,15 @@ class BackendRecord:
     def __post_init__(self) -> None:
         if self.long_cap is None:
             object.__setattr__(self, "long_cap", self.limit)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """The numbers of the tighter scope, per kind (None: no such limit); the gateway
+    writes them as ``x-ratelimit-*`` headers."""
+
+    requests: tuple[int, int, float] | None  # limit, remaining, reset (s)
+    tokens: tuple[int, int, float] | None
 
 
 # -- ending ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
-from gateway.embedded import EmbeddedRedis
+from gateway.server.embedded import EmbeddedRedis
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
 from tests.support import MODEL

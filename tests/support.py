@@ -12,7 +12,7 @@ import uvicorn
 from redis.asyncio import Redis
 
 from gateway.settings import Settings
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.testing import running_app, serving
 
@@ -46,12 +46,12 @@ async def queue_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
 
 async def busy_is(redis: Redis, keys: PoolKeys, n: int, backend: str = "sim") -> bool:
     """Does ``backend`` hold ``n`` leases (every replica's)?"""
-    return await state.busy(redis, keys, backend) == n
+    return await readback.busy(redis, keys, backend) == n
 
 def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str]:
     """Serve a gateway as ``triage serve`` does (its connection limits included), on a free port."""
     from gateway.app import create_app
-    from gateway.connections import server_options
+    from gateway.server.connections import server_options
 
     def config(port: int) -> uvicorn.Config:
         options = {**server_options(settings), "port": port}

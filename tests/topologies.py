@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from gateway.embedded import free_port, stop_child
+from gateway.server.embedded import free_port, stop_child
 
 SLOTS = 16384
 

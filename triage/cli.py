@@ -18,7 +18,7 @@ from gateway.settings import ConfigError, load_settings
 def serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gateway.reload import ConfigSource
+    from gateway.server.reload import ConfigSource
     from gateway.serve import run
 
     flags = {"host": args.host, "port": args.port, "policy": args.policy, "workers": args.workers}

@@ -11,14 +11,12 @@ it summed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from gateway.telemetry.stats import WindowStats, summarize
 from scheduler import tasks
@@ -38,7 +36,7 @@ class ClusterStats:
         self.owner = owner
         self.stats = stats
         self.every_s = every_s
-        self._task: asyncio.Task[None] | None = None
+        self._publishing = tasks.Periodic(every_s, self.publish, "stats publish", at_once=True, log=log)
 
     def own(self) -> dict[str, Any]:
         """This replica's window as it is published."""
@@ -66,19 +64,10 @@ class ClusterStats:
         return merge(await self.windows(), self.stats.window_s)
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._publishing.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await tasks.stop([self._task])
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.publish()
-            except RedisError as exc:
-                log.warning("stats publish failed: %s", exc)
-            await asyncio.sleep(self.every_s)
+        await self._publishing.stop()
 
 
 def merge(windows: list[dict[str, Any]], window_s: int) -> dict[str, Any]:

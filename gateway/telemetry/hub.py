@@ -72,26 +72,37 @@ class OtelConfig:
         return cls(wanted("TRACES"), wanted("METRICS"), service, max(1.0, interval_s))
 
 
+@dataclass(frozen=True, slots=True)
+class TelemetrySettings:
+    """What the gateway's settings say about its telemetry."""
+
+    key_prefix: str  # of the Redis keys: queue depth, the published stats windows
+    policy: str  # the queue policy's name, a span attribute
+    instance_id: str = ""  # this replica: ``service.instance.id``, its stats window's name
+    capture_content: bool = False  # record prompts and completions in spans
+    request_log: bool = False  # one JSON line per request
+    stats_publish_s: float = 2.0  # how often this replica's stats window goes to Redis
+    depth_refresh_s: float = 5.0  # how often the queue depth is read for OTLP (a scrape reads it itself)
+
+
 class Telemetry:
     """Built in ``create_app``'s lifespan; ``start``/``stop`` with the gateway."""
 
     def __init__(
         self,
-        config: OtelConfig,
+        settings: TelemetrySettings,
         registry: BackendRegistry,
         redis: Redis,
-        key_prefix: str,
-        policy: str,
-        capture_content: bool = False,
+        *,
+        otel: OtelConfig | None = None,
         tracer_provider: trace.TracerProvider | None = None,
-        instance_id: str = "",
-        request_log: bool = False,
-        stats_publish_s: float = 2.0,
     ) -> None:
+        config = otel if otel is not None else OtelConfig()
         self.config = config
-        self.policy = policy
+        self.policy = settings.policy
         resource = Resource.create(
-            {"service.name": config.service_name, "service.instance.id": instance_id}, schema_url=sc.SCHEMA_URL
+            {"service.name": config.service_name, "service.instance.id": settings.instance_id},
+            schema_url=sc.SCHEMA_URL,
         )
         self._owned_tracer: trace.TracerProvider | None = None
         if tracer_provider is None and config.export_traces:
@@ -101,11 +112,13 @@ class Telemetry:
         self.propagator = TraceContextTextMapPropagator()
 
         self.registry = registry
-        self.depth = QueueDepth(redis, key_prefix, {b.config.pool for b in registry.backends.values()})
+        prefix = settings.key_prefix
+        self.depth = QueueDepth(redis, prefix, {b.config.pool for b in registry.backends.values()})
         self.accuracy = RankAccuracy()
         self.stats = WindowStats(classes=("short", "medium", "long"))
-        self.cluster = ClusterStats(redis, key_prefix, instance_id, self.stats, stats_publish_s)
+        self.cluster = ClusterStats(redis, prefix, settings.instance_id, self.stats, settings.stats_publish_s)
         self.instruments = Instruments(registry, self.depth, self.accuracy)
+        self._depth_refresh_s = settings.depth_refresh_s
         self._otlp: OtlpMetrics | None = None
         if config.export_metrics:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -115,8 +128,9 @@ class Telemetry:
             )
         self._addresses: dict[str, tuple[str, int]] = {}
         self.recorder = Recorder(
-            self.tracer, self.propagator, self.instruments, self.stats, self.accuracy, self.address, policy,
-            capture_content, RequestLog() if request_log else None,
+            self.tracer, self.propagator, self.instruments, self.stats, self.accuracy, self.address,
+            policy=settings.policy, capture_content=settings.capture_content,
+            request_log=RequestLog() if settings.request_log else None,
         )
 
     def begin(self, headers: Headers, operation: str, route: str) -> RequestTrace:
@@ -137,10 +151,10 @@ class Telemetry:
         await self.depth.refresh()
         return render(self.instruments.registry)
 
-    async def start(self, depth_interval_s: float) -> None:
+    async def start(self) -> None:
         await self.cluster.start()
         if self._otlp is not None:  # scrapes refresh the depth themselves; OTLP needs a timer
-            await self.depth.start(depth_interval_s)
+            await self.depth.start(self._depth_refresh_s)
             await self._otlp.start()
 
     async def stop(self) -> None:

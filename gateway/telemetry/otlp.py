@@ -78,15 +78,14 @@ class OtlpMetrics:
         self._registry = registry
         self._resource = resource
         self._exporter = exporter
-        self._interval = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._exports = tasks.Periodic(interval_s, self.export, "OTLP metrics export", log=log)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="otlp-metrics")
+        self._exports.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await tasks.stop([self._task])
+        if self._exports.running:
+            await self._exports.stop()
             await self.export()  # the last interval's numbers
         await asyncio.to_thread(self._exporter.shutdown)
 
@@ -96,8 +95,3 @@ class OtlpMetrics:
             await asyncio.to_thread(self._exporter.export, data)
         except Exception as exc:  # noqa: BLE001 - an unreachable collector must not stop the gateway
             log.warning("OTLP metrics export failed: %s", exc)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self.export()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from opentelemetry import trace
@@ -38,11 +38,9 @@ from gateway.telemetry.accuracy import RankAccuracy, ratio
 from gateway.telemetry.metrics import Instruments
 from gateway.telemetry.request_log import RequestLine, RequestLog
 from gateway.telemetry.stats import WindowStats
+from gateway.telemetry.stream_stats import StreamStats
 from scheduler.backends.backend import BackendConfig
 from scheduler.types import Grant, Outcome, Placement, PredictionSource, Ticket
-
-if TYPE_CHECKING:
-    from gateway.relay import StreamStats
 
 
 def wall_ns(monotonic_s: float) -> int:

@@ -1,2 +1,1 @@
-"""The boundary to the backends: httpx calls and their errors (``client``), probes
-(``probe``) and the HTTP/1.1 transport underneath (``transport``, ``connection``)."""
+"""The boundary to the backends: the one place the gateway calls them (docs/architecture.md)."""

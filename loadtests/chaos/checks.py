@@ -10,7 +10,7 @@ import httpx
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.state import backend_states
+from scheduler.queue.readback import backend_states
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gateway.embedded import EmbeddedRedis, free_port
+from gateway.server.embedded import EmbeddedRedis, free_port
 from gateway.settings import hash_key
 from loadtests import stack
 from loadtests.chaos.checks import Target

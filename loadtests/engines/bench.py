@@ -1,6 +1,6 @@
 """``triage bench compare --engine vllm``: the honest comparison against a real vLLM.
 
-The same workload, modes and run code as on the simulator (``loadtests/compare.py``),
+The same workload, modes and run code as on the simulator (``loadtests/compare_runs.py``),
 with the simulators replaced by one vLLM (CPU build, the tiny random-weight Llama) and
 a length sidecar (``length_proxy``) in front of it that stops each reply at its true
 length. Every arm goes through the sidecar, ``direct`` included; the gateway never
@@ -29,16 +29,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gateway.embedded import EmbeddedRedis, free_port
+from gateway.server.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
-from loadtests.compare import (
-    CompareError,
-    _one,
-    _train_predictor,
-    compare_config,
+from loadtests.compare_options import CompareConfig, CompareError, compare_config
+from loadtests.compare_runs import (
     hidden_lengths_table,
     load_config,
+    log,
     measure_capacity,
+    run_arm,
+    train_predictor,
 )
 from loadtests.datasets import PromptCatalog
 from loadtests.engines.vllm import (
@@ -51,6 +51,7 @@ from loadtests.engines.vllm import (
     vllm_version,
 )
 from loadtests.length_table import FILE_NAME, write_length_table
+from loadtests.plan import LoadConfig
 from loadtests.report import record_json, write_json, write_records
 from loadtests.stack import Child, StackError, gateway, gateway_config
 from loadtests.workload import load_workload
@@ -161,8 +162,8 @@ def group_cpu_s(pgid: int, pid: int | None = None) -> float:
     return total
 
 
-def _gateway_costs(cfg: Any, base: Any, catalog: PromptCatalog, direct: tuple[str, ...], redis_url: str,
-                   logs: Path, rounds: int, engine_pgid: int) -> dict[str, Any]:
+def _gateway_costs(cfg: CompareConfig, base: LoadConfig, catalog: PromptCatalog, direct: tuple[str, ...],
+                   redis_url: str, logs: Path, rounds: int, engine_pgid: int) -> dict[str, Any]:
     """Engine capacity (output tokens/s, closed loop) alone, beside an idle gateway process,
     and through that gateway; the three interleaved ``rounds`` times, medians and ranges.
     Through the gateway, also the CPU the gateway process and the engine each used."""
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         except EngineUnavailable as exc:
             raise CompareError(str(exc)) from None
         started_s = engine.started_s
-        _log(cfg, f"vLLM {version} up in {started_s:.0f} s at {engine.url}")
+        log(cfg, f"vLLM {version} up in {started_s:.0f} s at {engine.url}")
         sidecar = _sidecar(engine.url, table, logs)
         stack.callback(sidecar.stop)
         try:
@@ -244,22 +245,22 @@ def run(args: argparse.Namespace) -> int:
             raise CompareError(str(exc)) from None
         base = load_config(cfg, workload, direct, 1.0, None)
         capacity = measure_capacity(cfg, base, catalog, direct)
-        _log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
+        log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
         costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds, engine.proc.pid)
-        _log(cfg, f"gateway cost: {costs}")
+        log(cfg, f"gateway cost: {costs}")
         if args.cost_only:
             write_json(cfg.json_path, {"schema": "triage.compare-engine-cost/1", "engine": f"vllm {version}",
                                        "machine": {"at_start": at_start, "at_end": machine()},
                                        "capacity_s": cfg.capacity_s, "max_num_seqs": cfg.sim.max_num_seqs,
                                        "gateway_cost": costs})
             return 0
-        trained = _train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
+        trained = train_predictor(cfg, workload, catalog, direct, redis_url, capacity["rps"], logs)
         for rep in range(args.repeats):
             order = cfg.modes[rep % len(cfg.modes):] + cfg.modes[: rep % len(cfg.modes)]
             for load in cfg.loads:
                 for mode in order:
-                    row, records = _one(cfg, workload, catalog, mode, load, load * capacity["rps"], None, direct,
-                                        redis_url, thresholds, logs, trained)
+                    row, records = run_arm(cfg, workload, catalog, mode, load, load * capacity["rps"], None,
+                                           direct, redis_url, thresholds, logs, trained)
                     row["repeat"] = rep
                     row["tokens"] = token_accounting([record_json(r) for r in records], cfg.warmup_s)
                     runs.append(row)
@@ -308,11 +309,6 @@ def markdown(report: dict[str, Any]) -> str:
     for r in report["paired_ratios"]:
         lines.append(f"| {r['ratio']} | {', '.join(f'{v:.2f}' for v in r['values'])} | {r['median']:.2f} |")
     return "\n".join(lines) + "\n"
-
-
-def _log(cfg: Any, text: str) -> None:
-    if not cfg.quiet:
-        print(text, file=sys.stderr, flush=True)
 
 
 def token_accounting(records: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:

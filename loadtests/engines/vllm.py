@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.embedded import free_port
+from gateway.server.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_PYTHON = "TRIAGE_VLLM_PYTHON"

@@ -1,7 +1,7 @@
 """CPU per relayed event of the gateway's SSE relay, two versions side by side.
 
-``python -m loadtests.overhead.relaymicro --before DIR`` loads ``gateway/relay.py`` from
-this tree and from ``DIR`` (another checkout, e.g. ``git archive <commit> | tar -x -C
+``python -m loadtests.overhead.relaymicro --before DIR`` loads ``gateway/request/relay.py`` from
+this tree and the relay from ``DIR`` (another checkout, e.g. ``git archive <commit> | tar -x -C
 DIR``), and relays the same in-memory streams through each, in alternating rounds in
 one process: a chat stream of ``--events`` content chunks, one event per upstream read
 (as an engine writes them), in each framing — ``lf`` (vLLM), ``lf-nospace`` (TGI's
@@ -47,8 +47,21 @@ class _Reads(httpx.AsyncByteStream):
             yield read
 
 
+# Where the relay lives: ``gateway/request/`` now, ``gateway/`` in older checkouts, which
+# ``--before`` is usually given.
+RELAY_PATHS = (Path("gateway/request/relay.py"), Path("gateway/relay.py"))
+
+
+def relay_file(root: Path) -> Path:
+    """The relay module of the checkout at ``root``, in either layout."""
+    for rel in RELAY_PATHS:
+        if (root / rel).is_file():
+            return root / rel
+    raise SystemExit(f"no relay module under {root} (looked for {', '.join(map(str, RELAY_PATHS))})")
+
+
 def _load(root: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, root / "gateway" / "relay.py")
+    spec = importlib.util.spec_from_file_location(name, relay_file(root))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there

@@ -24,7 +24,7 @@ import httpx
 import redis
 import yaml
 
-from gateway.embedded import free_port, stop_child
+from gateway.server.embedded import free_port, stop_child
 
 TRIAGE_POLICIES = {"fifo": "fifo", "short_first": "short_first"}
 

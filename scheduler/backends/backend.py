@@ -13,7 +13,7 @@ from scheduler.backends import engines
 from scheduler.backends.breaker import Breaker, Health
 from scheduler.policy.limits import AdaptiveLimit, LimitParams
 from scheduler.policy.reservation import Reservation
-from scheduler.types import BackendRecord
+from scheduler.types import BackendRecord, ResumeMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class BackendConfig:
     api_key: str | None = None
     weight: float = 1.0
     engine_priority: bool = False  # send the gateway's order as the request's `priority`
-    resume: bool = False  # it continues a paused generation (continue_final_message)
+    resume: ResumeMode = ResumeMode.NONE  # how it continues a paused generation (none: it is never paused)
     limit: LimitParams | None = None  # None: a static limit of max_concurrency
     engine: str | None = None  # an ``engines.Engine`` value; None: detect it
     concurrency_set: bool = True  # False: max_concurrency is the default, an engine profile may lower it
@@ -109,5 +109,5 @@ class BackendState:
             name=self.name, limit=limit, down=not self.healthy or self.cooling, models=tuple(sorted(self.models)),
             weight=self.config.weight, speed=self.speed * limit,
             long_cap=self.reservation.long_cap(limit), borrow=self.reservation.borrow(limit),
-            resume=self.config.resume,
+            resume=self.config.resume is not ResumeMode.NONE,
         )

@@ -66,7 +66,7 @@ class BackendRegistry:
         for c in configs:
             self.backends[c.name] = self._state(c)
         self.retired: dict[str, BackendConfig] = {}  # removed by a reload; requests on them finish
-        self._task: asyncio.Task[None] | None = None
+        self._probes = tasks.Periodic(probe_interval_s, self.probe_all, "backend probe", log=log)
         self._unserved: dict[str, asyncio.Future[None]] = {}  # model -> done when none may serve it
 
     def _state(self, c: BackendConfig) -> BackendState:
@@ -235,19 +235,13 @@ class BackendRegistry:
 
     async def start(self) -> None:
         await self.probe_all()
-        self._task = asyncio.create_task(self._loop(), name="backend-probe")
+        self._probes.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await tasks.stop([self._task])
+        await self._probes.stop()
         for b in self.backends.values():
             if b._cool_timer is not None:
                 b._cool_timer.cancel()
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self.probe_all()
 
     async def probe_all(self) -> None:
         for pool, reservation in self.reservations.items():

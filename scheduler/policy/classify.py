@@ -1,7 +1,12 @@
-"""From a request to its place in the queue: prediction -> class -> slack.
+"""From a request to its place in the queue: prediction -> bound -> class -> slack.
 
 The classifier owns no state of its own: the predictor learns, the policy is a pure
 function, and this module only puts them together for one request.
+
+Predictors read the request's text (and what they learned); the client's length hint
+(``x-triage-expected-tokens``) and its ``max_tokens`` cap are applied here, once, for
+every predictor alike (:func:`bound`): a hint, when given, is the prediction, never
+above the cap; otherwise the model's prediction, capped at ``max_tokens``.
 
 A request for ``n`` choices is ``n`` generations: the engine decodes each in full,
 so it is placed as ``n`` times the work of one (the prediction, hence the class and
@@ -16,13 +21,42 @@ from scheduler.policy.order import PolicyName, PolicyParams, order
 from scheduler.types import ClassThresholds, Placement, PredictInput, Prediction, PredictionSource, Predictor
 
 
+def hinted(hint: int | None, cap: int | None) -> Prediction | None:
+    """What does the client's own length hint predict? The hint itself, never above the
+    cap (a reply cannot run past ``max_tokens``); None when no hint was given.
+
+    A hint or a cap that is not positive counts as not given."""
+    if hint is None or hint <= 0:
+        return None
+    tokens = float(hint if cap is None or cap <= 0 else min(hint, cap))
+    return Prediction(tokens, tokens, PredictionSource.HINT)
+
+
+def capped(prediction: Prediction, cap: int | None) -> Prediction:
+    """What does a model's prediction become under the client's ``max_tokens``? The cap
+    itself (source ``CAP``) where it is below the estimate; otherwise the estimate, its
+    upper quantile no higher than the cap. No cap (or one not positive): unchanged."""
+    if cap is None or cap <= 0:
+        return prediction
+    if cap < prediction.tokens:
+        return Prediction(float(cap), float(cap), PredictionSource.CAP)
+    return Prediction(prediction.tokens, min(prediction.upper, float(cap)), prediction.source)
+
+
+def bound(prediction: Prediction, hint: int | None, cap: int | None) -> Prediction:
+    """What is a request's prediction, once the client's hint and cap are applied? The
+    hint when given (never above the cap); else the model's prediction capped at
+    ``max_tokens`` (source ``CAP`` where the cap binds)."""
+    return hinted(hint, cap) or capped(prediction, cap)
+
+
 class Classifier:
     def __init__(
         self, predictor: Predictor, policy: PolicyName, params: PolicyParams, thresholds: ClassThresholds
     ) -> None:
         self.predictor = predictor
         # A predictor that runs a neural network (milliseconds of CPU) says so with
-        # ``blocking = True``; the proxy then calls place() in a worker thread.
+        # ``blocking = True``; ``Scheduler.admit`` then calls place() in a worker thread.
         self.blocking = bool(getattr(predictor, "blocking", False))
         self.policy = policy
         self._params = params
@@ -37,7 +71,8 @@ class Classifier:
         if self.policy is PolicyName.ORACLE and true_tokens is not None:
             prediction = Prediction(true_tokens, true_tokens, PredictionSource.ORACLE)
         else:
-            prediction = self.predictor.predict(inp)
+            # a hinted request needs no model: the hint is the prediction
+            prediction = hinted(inp.hint, inp.max_tokens) or capped(self.predictor.predict(inp), inp.max_tokens)
         if inp.n > 1:
             prediction = Prediction(prediction.tokens * inp.n, prediction.upper * inp.n, prediction.source)
         cls = self._thresholds.classify(prediction.tokens)

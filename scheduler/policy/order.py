@@ -1,7 +1,7 @@
 """Queue-order policies: each answers "how much later than its arrival may this ticket go?"
 
 The queue score is ``arrival + min(max_slack, slack + fairness lead) + tier offset``
-(a virtual deadline, DESIGN.md §2), fixed at enqueue, so a sorted set holds the order.
+(a virtual deadline, docs/scheduling.md), fixed at enqueue, so a sorted set holds the order.
 A policy is a small pure function of the prediction, the tier and the tenant's weight;
 ``enqueue.lua`` adds arrival time and the fairness lead, and the dispatcher times it.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -83,10 +84,36 @@ def engine_priority(ticket: Ticket) -> int:
     return round((ticket.slack_s + ticket.tier_offset_s) * 1000)
 
 
+class Part(enum.StrEnum):
+    """Why a request has another ticket: each kind gets its own id suffix."""
+
+    RETRY = "retry"  # a second attempt after a backend failed before answering: ``<id>-retry``
+    OVERLOAD = "o"  # queued again after a backend's 429/503: ``<id>-o<n>``
+    PAUSE = "p"  # a paused request's next part: ``<id>-p<n>``
+
+
+def part_id(base: str, kind: Part, n: int = 0) -> str:
+    """What is the id of a request's next ticket (and of the lease it is granted)?
+    ``base`` with the kind's suffix: ``-retry`` (there is one retry), else ``-o<n>`` or
+    ``-p<n>`` for the ``n``-th overload refusal or pause. The one place these ids are made."""
+    return f"{base}-{Part.RETRY}" if kind is Part.RETRY else f"{base}-{kind}{n}"
+
+
+_PART_SUFFIX = re.compile(r"(?:-retry|-o[0-9]+|-p[0-9]+)+\Z")
+
+
+def request_of(ticket_id: str) -> str:
+    """Which request is a ticket a part of? Its id without the suffixes :func:`part_id`
+    added (a request's own id never ends in one: the gateway mints ``req-<hex>``)."""
+    return _PART_SUFFIX.sub("", ticket_id)
+
+
 def retry_order(ticket: Ticket, failed: str) -> Ticket:
     """Where does a request go whose backend failed before answering? To the front of
     its tier (a slack that cancels the tier offset), avoiding the backend that failed."""
-    return dataclasses.replace(ticket, id=f"{ticket.id}-retry", avoid=failed, slack_s=-ticket.tier_offset_s)
+    return dataclasses.replace(
+        ticket, id=part_id(ticket.id, Part.RETRY), avoid=failed, slack_s=-ticket.tier_offset_s
+    )
 
 
 def requeue_order(ticket: Ticket, attempt: int, age_s: float, timeout_s: float) -> Ticket:
@@ -95,6 +122,19 @@ def requeue_order(ticket: Ticket, attempt: int, age_s: float, timeout_s: float) 
     and what is left of its deadline (``timeout_s``; 0: none); any backend may take it
     once its cool-down ends. Each attempt is a ticket of its own (``-o<attempt>``)."""
     return dataclasses.replace(
-        ticket, id=f"{ticket.id}-o{attempt}", avoid="", slack_s=-ticket.tier_offset_s, age_s=age_s,
-        timeout_s=timeout_s,
+        ticket, id=part_id(ticket.id, Part.OVERLOAD, attempt), avoid="", slack_s=-ticket.tier_offset_s,
+        age_s=age_s, timeout_s=timeout_s,
+    )
+
+
+def continuation_order(ticket: Ticket, age_s: float, request_id: str | None = None) -> Ticket:
+    """Where does a paused request's next part go? First in line for the next free slot
+    of its tier: its original arrival (``age_s`` ago) and no slack (it gave its own slot
+    to more urgent work); one more pause; no second fair-share charge (cost 0). Its id is
+    the request's with ``-p<pauses>`` (the request's id: ``request_id``, or else read
+    from the ticket's by :func:`request_of`), whatever part it paused."""
+    pauses = ticket.pauses + 1
+    base = request_id if request_id is not None else request_of(ticket.id)
+    return dataclasses.replace(
+        ticket, id=part_id(base, Part.PAUSE, pauses), pauses=pauses, age_s=age_s, slack_s=0.0, cost_s=0.0
     )

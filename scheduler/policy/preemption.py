@@ -27,6 +27,11 @@ The rule, for a ticket that found no free slot on any backend serving its model:
   slot, and its original arrival puts it first in line), nor for the long class;
 - of those, the one that has run longest: least attained service goes first, as in
   multi-level feedback queues, so a misprediction costs a bounded amount.
+
+The gateway's side (:func:`candidate_after`, :func:`is_candidate`): a generation it
+relays reports itself a candidate at once, not at its next heartbeat, when it has
+produced more than ``quantum_tokens`` output tokens since it (re)started; a part that
+has just resumed has paid its re-read of the prompt, so it is not the next victim.
 """
 
 from __future__ import annotations
@@ -87,3 +92,16 @@ def pick_victim(
         if best is None or r.attained > best.attained:
             best = r
     return best
+
+
+def candidate_after(tokens_at_start: int, quantum_tokens: int) -> int:
+    """Past how many output tokens (counted over the whole request) does a generation
+    become a pause candidate? ``quantum_tokens`` more than it had when it (re)started."""
+    return tokens_at_start + quantum_tokens
+
+
+def is_candidate(tokens: int, tokens_at_start: int, quantum_tokens: int) -> bool:
+    """Has a generation that (re)started at ``tokens_at_start`` output tokens run long
+    enough to be paused, now at ``tokens``? Only past its quantum: strictly more than
+    ``quantum_tokens`` tokens since it (re)started."""
+    return tokens > candidate_after(tokens_at_start, quantum_tokens)

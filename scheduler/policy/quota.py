@@ -1,6 +1,6 @@
 """Quotas as policy: which limits apply to a request, and what it reserves.
 
-The mechanism (``scheduler/quota.py`` and ``queue/lua/quota.lua``) enforces what
+The mechanism (``scheduler/quotas.py`` and ``queue/lua/quota.lua``) enforces what
 these functions decide; nothing here touches Redis.
 
 A limit is a leaky bucket per minute: ``requests_per_minute`` and

@@ -6,7 +6,7 @@ time). On a CPU-only machine pin ``torch==2.13.0`` before it, or pip may resolve
 multi-GB CUDA build of torch.
 
 :class:`EmbeddingLengthPredictor` wraps a :class:`~scheduler.predictor.lexical.LengthPredictor`,
-which keeps deciding hints, caps, templates and the upper quantile, and adds a second
+which keeps deciding templates and the upper quantile, and adds a second
 opinion: an online linear model of ``log(output tokens)`` over the 384-d MiniLM
 embedding of the prompt window (its first ``head_chars`` and last ``tail_chars``).
 The two log estimates are averaged with a fixed weight, chosen by cross-validation
@@ -40,7 +40,7 @@ from typing import Any
 from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
 from scheduler.predictor.store import SharedState
 from scheduler.queue.keys import predictor_key
-from scheduler.types import PredictInput, Prediction, PredictionSource
+from scheduler.types import PredictInput, Prediction
 
 # Texts in, one vector per text out (unit norm, same dimension for all).
 Encoder = Callable[[Sequence[str]], Sequence[Sequence[float]]]
@@ -52,18 +52,15 @@ _EXTRA_HINT = (
 )
 
 
-def blended(lex: Prediction, z: float, cap: int | None) -> Prediction:
-    """The prediction for a blended log estimate ``z``, capped once at ``cap``.
+def blended(lex: Prediction, z: float) -> Prediction:
+    """What does a blended log estimate ``z`` predict? ``exp(z)``, with the lexical
+    model's source; the client's cap is applied by the classifier.
 
     The upper quantile keeps the lexical model's spread above its point estimate: the
     blend is no less accurate, so this p90 errs on the high side.
     """
     tokens = math.exp(min(_MAX_LOG, max(0.0, z)))
     upper = max(tokens, tokens * lex.upper / lex.tokens)
-    if cap is not None:
-        if cap < tokens:
-            return Prediction(tokens=float(cap), upper=float(cap), source=PredictionSource.CAP)
-        upper = min(upper, float(cap))
     return Prediction(tokens=tokens, upper=upper, source=lex.source)
 
 
@@ -131,14 +128,14 @@ class EmbeddingLengthPredictor:
     # Deciding.
 
     def predict(self, inp: PredictInput) -> Prediction:
-        cap = inp.max_tokens if inp.max_tokens is not None and inp.max_tokens > 0 else None
-        if inp.hint is not None and inp.hint > 0:
-            return self.lexical.predict(inp)  # the hint layer needs no text model
-        # The lexical estimate before the cap: the blend is capped once, below.
+        """How many output tokens will this request generate, by its text and its
+        embedding? Not yet bounded by its hint or cap: the classifier applies those."""
+        # The lexical part reads the request without max_tokens, as cross-validation
+        # fitted the blend.
         lex = self.lexical.predict(dataclasses.replace(inp, max_tokens=None))
         lex_log = math.log(lex.tokens)
         weight = self.config.weight
-        return blended(lex, (1.0 - weight) * lex_log + weight * self._head(self.embed(inp)), cap)
+        return blended(lex, (1.0 - weight) * lex_log + weight * self._head(self.embed(inp)))
 
     # Learning.
 

@@ -15,7 +15,7 @@ estimate calibrated for the short/medium/long classes). The prompt is read as it
 first ``max_pieces - tail_pieces - 2`` and last ``tail_pieces`` word pieces.
 
 :class:`FinetunedLengthPredictor` wraps a :class:`~scheduler.predictor.lexical.LengthPredictor`,
-which keeps deciding hints, caps, templates and the upper quantile, and serves alone
+which keeps deciding templates and the upper quantile, and serves alone
 until a first :meth:`~FinetunedLengthPredictor.fit`. After it, the log estimate is
 ``(1 - weight) x lexical + weight x fine-tuned``; ``weight`` was chosen by
 cross-validation inside ShareGPT part01 (``docs/benchmarks/predictor.md``).
@@ -81,14 +81,15 @@ class FinetunedLengthPredictor:
     # Deciding.
 
     def predict(self, inp: PredictInput) -> Prediction:
-        cap = inp.max_tokens if inp.max_tokens is not None and inp.max_tokens > 0 else None
+        """How many output tokens will this request generate, by the lexical model and the
+        fine-tuned encoder? Not yet bounded by its hint or cap: the classifier applies those."""
         net = self._net
-        if net is None or (inp.hint is not None and inp.hint > 0):
-            return self.lexical.predict(inp)  # not fitted yet, or the hint layer decides
+        if net is None:
+            return self.lexical.predict(inp)  # not fitted yet
         lex = self.lexical.predict(dataclasses.replace(inp, max_tokens=None))
         weight = self.config.weight
         z = (1.0 - weight) * math.log(lex.tokens) + weight * net.predict_logs([(inp.prompt, inp.tenant)])[0]
-        return blended(lex, z, cap)
+        return blended(lex, z)
 
     def predict_logs(self, inputs: Sequence[PredictInput]) -> list[float]:
         """The fine-tuned model's own ``log(tokens)`` for many prompts, in batches (no blend)."""

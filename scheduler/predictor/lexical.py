@@ -1,22 +1,20 @@
 """Output-length predictor: how many tokens will this request generate?
 
-Layers, first match wins:
+An online linear model of ``log(output tokens)`` over hashed lexical features of the
+prompt (see :mod:`scheduler.predictor.features`), trained with AdaGrad on every
+completed request, plus a fast per-template correction: the shrunk mean residual of
+recent requests with the same model, tenant and system prompt. Before
+``min_observations`` the source says PRIOR; the estimate then starts at
+``prior_tokens`` (or the shipped warm start, when configured).
 
-1. **Hint** - the client said (``x-triage-expected-tokens``). Trusted as given,
-   only bounded by ``max_tokens``.
-2. **Learned / prior** - an online linear model of ``log(output tokens)`` over
-   hashed lexical features of the prompt (see :mod:`scheduler.predictor.features`), trained
-   with AdaGrad on every completed request, plus a fast per-template correction:
-   the shrunk mean residual of recent requests with the same model, tenant and
-   system prompt. Before ``min_observations`` the source says PRIOR; the estimate
-   then starts at ``prior_tokens`` (or the shipped warm start, when configured).
-3. **Cap** - ``max_tokens`` bounds the estimate. It is a cap, not a guess (many
-   clients send 4096 on everything), so it only wins when it is smaller - unless the
-   traffic shows otherwise: per template, the predictor counts how often a capped
-   request ran to its cap. Where that is the rule (fixed-length batch jobs, clients
-   that size ``max_tokens`` to the task, benchmarks with ``ignore_eos``), the estimate
-   moves towards the cap in proportion (in log space); where caps are generous it
-   stays where the text model put it.
+The client's length hint and its ``max_tokens`` cap are not applied here: the
+classifier applies both, once, to every predictor's answer (``policy/classify.py``'s
+``bound``). ``max_tokens`` is still evidence, though: it is a feature, and per
+template the predictor counts how often a capped request ran to its cap. Where that is
+the rule (fixed-length batch jobs, clients that size ``max_tokens`` to the task,
+benchmarks with ``ignore_eos``), the estimate moves towards the cap in proportion (in
+log space); where caps are generous (many clients send 4096 on everything) it stays
+where the text model put it.
 
 The upper quantile comes from a histogram of log-space residuals measured before
 each update (progressive validation), so it tracks how wrong the model really is.
@@ -86,11 +84,9 @@ class LengthPredictor:
     # Deciding.
 
     def predict(self, inp: PredictInput) -> Prediction:
+        """How many output tokens will this request generate, by its text? Not yet bounded
+        by its hint or its cap: the classifier applies those."""
         cap = inp.max_tokens if inp.max_tokens is not None and inp.max_tokens > 0 else None
-        if inp.hint is not None and inp.hint > 0:
-            tokens = float(inp.hint if cap is None else min(inp.hint, cap))
-            return Prediction(tokens=tokens, upper=tokens, source=PredictionSource.HINT)
-
         linear = self._linear(extract(inp, self.config.features))
         group = template_key(inp)
         z = min(_MAX_LOG, max(0.0, linear + self._correction(group)))
@@ -101,10 +97,6 @@ class LengthPredictor:
         upper = max(tokens, math.exp(min(_MAX_LOG, z + self._upper_offset())))
         learned = self._state.get("n") >= self.config.min_observations
         source = PredictionSource.LEARNED if learned else PredictionSource.PRIOR
-        if cap is not None:
-            if cap < tokens:
-                return Prediction(tokens=float(cap), upper=float(cap), source=PredictionSource.CAP)
-            upper = min(upper, float(cap))
         return Prediction(tokens=tokens, upper=upper, source=source)
 
     # Learning.

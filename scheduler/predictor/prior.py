@@ -1,4 +1,4 @@
-"""The predictor that learns nothing: the client's hint and cap, a fixed prior otherwise."""
+"""The predictor that learns nothing: a fixed prior for every request."""
 
 from __future__ import annotations
 
@@ -6,18 +6,14 @@ from scheduler.types import PredictInput, Prediction, PredictionSource
 
 
 class PriorPredictor:
-    """Knows nothing but the client's hint and cap: a fixed prior otherwise."""
+    """Knows nothing: a fixed prior, its upper quantile four times that. The client's
+    hint and ``max_tokens`` are applied by the classifier (``policy/classify.py``)."""
 
     def __init__(self, prior_tokens: float = 256.0) -> None:
         self._prior = prior_tokens
 
     def predict(self, inp: PredictInput) -> Prediction:
-        if inp.hint is not None:
-            return Prediction(inp.hint, inp.hint, PredictionSource.HINT)
-        if inp.max_tokens is not None and inp.max_tokens < self._prior:
-            return Prediction(inp.max_tokens, inp.max_tokens, PredictionSource.CAP)
-        upper = self._prior * 4 if inp.max_tokens is None else min(self._prior * 4, inp.max_tokens)
-        return Prediction(self._prior, upper, PredictionSource.PRIOR)
+        return Prediction(self._prior, self._prior * 4, PredictionSource.PRIOR)
 
     def observe(self, inp: PredictInput, actual_tokens: int) -> None:
         return None

@@ -8,7 +8,6 @@ restarted gateway keeps what the fleet learned; at stop it pushes what is left.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Protocol
 
@@ -30,22 +29,15 @@ class PredictorSync:
     def __init__(self, predictor: Shared, redis: Redis, interval_s: float) -> None:
         self._predictor = predictor
         self._redis = redis
-        self._interval = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._syncs = tasks.Periodic(interval_s, self._sync, "predictor sync", log=log)
 
     async def start(self) -> None:
         await self._sync(push=False)
-        self._task = asyncio.create_task(self._loop(), name="predictor-sync")
+        self._syncs.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await tasks.stop([self._task])
+        await self._syncs.stop()
         await self._sync(pull=False)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self._sync()
 
     async def _sync(self, push: bool = True, pull: bool = True) -> None:
         try:

@@ -12,7 +12,6 @@ the OTLP exporter. A refresh is two commands per pool and reads at most
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -37,7 +36,7 @@ class QueueDepth:
         self._max_scan = max_scan
         self.snapshot: Depth = {}
         self.totals: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._loop: tasks.Periodic | None = None
 
     def add_pool(self, pool: str) -> None:
         """A pool a reloaded config named."""
@@ -75,13 +74,9 @@ class QueueDepth:
         return dict(out)
 
     async def start(self, interval_s: float) -> None:
-        self._task = asyncio.create_task(self._loop(interval_s), name="queue-depth")
+        self._loop = tasks.Periodic(interval_s, self.refresh, "queue depth", at_once=True, log=log)
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await tasks.stop([self._task])
-
-    async def _loop(self, interval_s: float) -> None:
-        while True:
-            await self.refresh()
-            await asyncio.sleep(interval_s)
+        if self._loop is not None:
+            await self._loop.stop()

@@ -27,10 +27,10 @@ from scheduler import tasks
 from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, Shed
 from scheduler.queue.drain_rate import DrainRate
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.records import pack_lease, parse_message
+from scheduler.queue.readback import backend_states
+from scheduler.queue.records import GrantMessage, pack_lease, parse_message
 from scheduler.queue.scripts import Scripts
-from scheduler.queue.state import backend_states
-from scheduler.types import BackendRecord, Grant, Lease, Message, MessageKind, Ticket
+from scheduler.types import BackendRecord, Grant, Message, MessageKind, Ticket
 
 log = logging.getLogger("triage.dispatcher")
 
@@ -91,15 +91,17 @@ class Dispatcher:
         self._drain = {p: DrainRate() for p in self._keys}
         self._watched: dict[str, Watch] = {}  # lease -> how to follow and pause it
         self._tasks: set[asyncio.Task[None]] = set()
+        self._heartbeats = tasks.Periodic(heartbeat_s, self._heartbeat_all, "heartbeat", at_once=True, log=log)
         self._loops: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
         for pool in self._keys:
             self._loops.append(asyncio.create_task(self._listen_inbox(pool), name=f"inbox-{pool}"))
-        self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+        self._heartbeats.start()
 
     async def stop(self) -> None:
+        await self._heartbeats.stop()
         await tasks.stop(self._loops)
         self._loops.clear()
         for pool, held in self._held.items():  # leases nothing released (a stream cut at exit)
@@ -175,7 +177,7 @@ class Dispatcher:
             return await future  # granted in the meantime: the grant is on its way
         except BaseException:
             # the client left (cancelled) or the wait failed: never leak its slot
-            self._abandon(spec.id, pool, future)
+            self.abandon(spec.id, pool, future)
             raise
 
     def release_soon(self, grant: Grant) -> None:
@@ -280,12 +282,10 @@ class Dispatcher:
                     self._spawn(self._requeue(lost))
                 continue
             waiter = self._waiters.pop(msg.ticket, None)
-            if msg.kind is MessageKind.GRANT:
-                spec = waiter.spec if waiter is not None else None
-                self._held[pool][msg.ticket] = pack_lease(Lease(
-                    msg.detail, self.owner, spec.predicted if spec else 0, bool(spec and spec.restricted),
-                    msg.borrowed,
-                ))
+            if isinstance(msg, GrantMessage):
+                # the lease as the script recorded it, whole: the heartbeat writes it back
+                # if Redis loses it, and a pause decision reads all of it
+                self._held[pool][msg.ticket] = pack_lease(msg.lease)
                 if waiter is None or waiter.future.done():
                     # its client left while the grant was on its way
                     self.release_soon(Grant(msg.ticket, pool, msg.detail, 0.0))
@@ -305,7 +305,8 @@ class Dispatcher:
             self._waiters.pop(ticket, None)
         return removed
 
-    def _abandon(self, ticket: str, pool: str, future: asyncio.Future[Grant]) -> None:
+    def abandon(self, ticket: str, pool: str, future: asyncio.Future[Grant]) -> None:
+        """Nobody waits for this ticket any more: withdraw it, or give back its grant."""
         self._waiters.pop(ticket, None)
         if future.done() and not future.cancelled() and future.exception() is None:
             self.release_soon(future.result())
@@ -347,16 +348,14 @@ class Dispatcher:
                 except Exception:  # noqa: BLE001 - one bad message must not end the listener
                     log.exception("inbox %s: a message could not be delivered", key)
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            for pool in list(self._keys):  # a reload may add a pool meanwhile
-                try:
-                    await self.heartbeat(pool)
-                except RedisError as exc:
-                    log.warning("heartbeat for pool %s failed: %s", pool, exc)
-                except Exception:  # noqa: BLE001 - a loop that died would leave the replica looking dead
-                    log.exception("heartbeat for pool %s failed", pool)
-            await asyncio.sleep(self._heartbeat_s)
+    async def _heartbeat_all(self) -> None:
+        for pool in list(self._keys):  # a reload may add a pool meanwhile
+            try:
+                await self.heartbeat(pool)
+            except RedisError as exc:  # one pool's failure must not skip the others
+                log.warning("heartbeat for pool %s failed: %s", pool, exc)
+            except Exception:  # noqa: BLE001 - a loop that died would leave the replica looking dead
+                log.exception("heartbeat for pool %s failed", pool)
 
     async def heartbeat(self, pool: str) -> None:
         keys = self._keys[pool]

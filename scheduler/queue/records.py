@@ -1,10 +1,11 @@
 """How tickets, leases and messages are written in Redis: each format once, for Python.
 
 The Lua side reads and writes the same formats in ``lua/_common.lua`` (``pack_ticket``,
-``parse_ticket``, ``pack_lease``, ``parse_lease``, ``pack_backend``, ``parse_backend``,
-``grant_message``, ``evict_message``), and ``tests/scheduler/queue/test_records.py`` holds the two
-equal. Fields are joined by ``|``: ticket ids and owners are the gateway's own, and
-model, tenant, tier and backend names must not contain one.
+``parse_ticket``, ``lease_of`` + ``pack_lease`` (the one lease builder), ``parse_lease``,
+``pack_backend``, ``parse_backend``, ``grant_message``, ``evict_message``), and
+``tests/scheduler/queue/test_records.py`` holds the two equal. Fields are joined by ``|``:
+ticket ids and owners are the gateway's own, and model, tenant, tier and backend names
+must not contain one.
 
 ======================  ==================================================================
 format                  fields, in order
@@ -19,7 +20,8 @@ backend (``P:backends``) limit | down | weight | speed | lcap | borrow | resume 
                         the scripts' counts: leases held, their predicted tokens, restricted
                         and borrowed ones, grants so far; then every model it serves)
 reach (``P:reach``)     backend | backend | ...          (the backends one replica can call)
-grant message           G | ticket | backend | borrowed
+grant message           G | ticket | lease record     (the lease as the script wrote it: the
+                        owner keeps it whole, to write it back should Redis lose it)
 eviction message        E | ticket | reason               (reason: deadline, shed)
 lost message            L | ticket | lost                 (waited for, but no longer queued)
 pause message           P | lease | backend               (its slot went to a more urgent ticket)
@@ -28,7 +30,7 @@ pause message           P | lease | backend               (its slot went to a mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.types import Lease, Message, MessageKind
 
@@ -91,7 +93,7 @@ def parse_lease(raw: bytes | str) -> Lease:
 
 
 @dataclass(frozen=True, slots=True)
-class BackendState:
+class BackendSlots:
     """One backend as ``P:backends`` holds it: what the registry set, what the scripts count."""
 
     limit: int = 0
@@ -109,14 +111,14 @@ class BackendState:
     models: tuple[str, ...] = ()
 
 
-def pack_backend(b: BackendState) -> str:
+def pack_backend(b: BackendSlots) -> str:
     return SEP.join((
         _num(b.limit), _flag(b.down), _num(b.weight), _num(b.speed), _num(b.lcap), _num(b.borrow), _flag(b.resume),
         _num(b.busy), _num(b.work), _num(b.lbusy), _num(b.borrowed), _num(b.granted), *b.models,
     ))
 
 
-def parse_backend(raw: bytes | str) -> BackendState:
+def parse_backend(raw: bytes | str) -> BackendSlots:
     f = _text(raw).split(SEP)
     f += [""] * (12 - len(f))
 
@@ -124,7 +126,7 @@ def parse_backend(raw: bytes | str) -> BackendState:
         return float(f[i]) if f[i] else default
 
     limit = int(n(0))
-    return BackendState(
+    return BackendSlots(
         limit, f[1] == "1", n(2, 1.0), n(3), int(n(4, limit)), int(n(5)), f[6] == "1", int(n(7)), n(8), int(n(9)),
         int(n(10)), int(n(11)), tuple(f[12:]),
     )
@@ -134,12 +136,29 @@ def parse_reach(raw: bytes | str | None) -> set[str]:
     return {name for name in _text(raw or "").split(SEP) if name}
 
 
+@dataclass(frozen=True, slots=True)
+class GrantMessage(Message):
+    """A grant with the lease the script recorded for it. The replica keeps that record
+    as it is: its heartbeat writes it back when Redis lost its data, and a lease rebuilt
+    from less (no score, tier or arrival) could never be paused."""
+
+    lease: Lease = field(kw_only=True)
+
+
+def grant_message(ticket: str, lease: Lease) -> GrantMessage:
+    return GrantMessage(MessageKind.GRANT, ticket, lease.backend, lease.borrowed, lease=lease)
+
+
 def pack_message(msg: Message) -> str:
+    if isinstance(msg, GrantMessage):
+        return SEP.join((msg.kind.value, msg.ticket, pack_lease(msg.lease)))
     if msg.kind is MessageKind.GRANT:
-        return SEP.join((msg.kind.value, msg.ticket, msg.detail, _flag(msg.borrowed)))
+        raise ValueError("a grant message carries its lease: build it with grant_message()")
     return SEP.join((msg.kind.value, msg.ticket, msg.detail))
 
 
 def parse_message(raw: bytes | str) -> Message:
-    parts = _text(raw).split(SEP)
-    return Message(MessageKind(parts[0]), parts[1], parts[2], len(parts) > 3 and parts[3] == "1")
+    kind, ticket, detail = _text(raw).split(SEP, 2)
+    if kind == MessageKind.GRANT:
+        return grant_message(ticket, parse_lease(detail))
+    return Message(MessageKind(kind), ticket, detail)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.embedded import free_port
+from gateway.server.embedded import free_port
 from tests.support import ROOT
 
 TRIAGE = [sys.executable, "-m", "triage"]

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from gateway.embedded import free_port
+from gateway.server.embedded import free_port
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.state import backend_states
+from scheduler.queue.readback import backend_states
 from tests.support import MODEL, eventually
 
 MODELS = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})

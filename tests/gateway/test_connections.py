@@ -1,5 +1,5 @@
 """Slow, idle and too many clients, over raw sockets against a gateway served as
-``triage serve`` serves it (gateway/connections.py, gateway/body.py)."""
+``triage serve`` serves it (gateway/server/connections.py, gateway/api/body.py)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import RedisCluster
 
-from gateway import redis_client
-from gateway.redis_client import CLUSTER, SENTINEL, SINGLE, parse
+from gateway.server import redis_client
+from gateway.server.redis_client import CLUSTER, SENTINEL, SINGLE, parse
 from gateway.settings import ConfigError, Settings, load_settings
 
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import sse
-from gateway.relay import StreamStats, relay_events
+from gateway.request.relay import relay_events
+from gateway.telemetry.stream_stats import StreamStats
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
 HELLO = b'data: {"choices":[{"index":0,"delta":{"content":"Hello"}}]}\n\n'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.resume import Transcript, continuation_body, resumable
+from gateway.request.resume import Transcript, resumable
 from gateway.schemas import Endpoint, parse
 
 
@@ -80,7 +80,7 @@ def test_a_continuation_asks_for_the_rest(endpoint: Endpoint) -> None:
     t = Transcript(chat=endpoint is Endpoint.CHAT)
     for word in (" a", " b", " c"):
         t.read(chunk(word) if t.chat else event({"id": "x", "created": 1, "choices": [{"index": 0, "text": word}]}))
-    body = orjson.loads(continuation_body(req, t, priority=None))
+    body = orjson.loads(req.upstream_body(None, t.carry()))
     assert body["max_tokens"] == 47 and body["temperature"] == 0.3
     assert body["stream_options"] == {"include_usage": True}
     if t.chat:

@@ -55,7 +55,7 @@ def test_ratios_against_targets() -> None:
 
 
 def test_trace_scale_fits_the_wanted_count_in_the_window() -> None:
-    from loadtests.compare import trace_scale
+    from loadtests.compare_runs import trace_scale
     from loadtests.traces import TraceRow
 
     rows = [TraceRow(float(t), 10, 10) for t in range(100)]
@@ -65,7 +65,7 @@ def test_trace_scale_fits_the_wanted_count_in_the_window() -> None:
 
 
 def test_gateway_settings_from_the_command_line() -> None:
-    from loadtests.compare import gateway_settings
+    from loadtests.compare_options import gateway_settings
     from loadtests.options import UsageError
 
     got = gateway_settings(["long_share_max=0.75", "reserve_slots=true", "tiers=[a, b]"])

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from loadtests.client import Target, request_body, request_headers
-from loadtests.compare import hidden_lengths_table
+from loadtests.compare_runs import hidden_lengths_table
 from loadtests.datasets import SOURCE_FILES, PromptCatalog
 from loadtests.length_table import FILE_NAME, read_length_table, write_length_table
 from loadtests.requests import Part, RequestFactory, part_of
@@ -127,7 +127,7 @@ def test_a_class_without_real_lengths_is_not_sent(tmp_path: Path) -> None:
 
 
 def test_compare_writes_the_table_of_the_trace_it_sends(tmp_path: Path, data_dir: Path) -> None:
-    from loadtests.compare import CompareConfig
+    from loadtests.compare_options import CompareConfig
     from loadtests.stack import SimSpec
 
     cfg = CompareConfig("hidden", (0.9,), ("direct",), SimSpec(), 1, 5.0, 5.0, 0.0, 5.0, None, 0, data_dir,

@@ -1,4 +1,4 @@
-"""Metric math on hand-made timings (DESIGN.md §3)."""
+"""Metric math on hand-made timings (docs/loadtests.md#metrics)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from loadtests.compare import add_arguments, compare_config
+from loadtests.compare import add_arguments
+from loadtests.compare_options import compare_config
 from loadtests.modes import GATEWAY_MODES, MODES, mode_gateway_config, uses_oracle
 from loadtests.options import UsageError
 

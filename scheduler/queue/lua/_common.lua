@@ -10,7 +10,8 @@
 --                          is also in K.owned(owner), so a replica can find grants it was never told of
 --   backend in K.backends: limit|down|weight|speed|lcap|borrow|resume|busy|work|lbusy|borrowed|granted|model...
 --   owner in K.reach:      backend|backend|...  (the backends that replica can call)
---   grant message:         G|<ticket>|<backend>|<borrowed 0/1>
+--   grant message:         G|<ticket>|<lease record>  (the whole record: the owner keeps it, and
+--                          its heartbeat writes it back if Redis loses it)
 --   eviction message:      E|<ticket>|<reason>
 --   lost message:          L|<ticket>|lost   (a waited-for ticket the queue no longer has)
 --   pause message:         P|<lease>|<backend>  (its slot went to a more urgent ticket)
@@ -73,6 +74,15 @@ local function parse_ticket(packed)
           restricted = f[10] == '1', pauses = tonumber(f[11]) or 0}
 end
 
+-- The lease a grant of ticket `t` (parse_ticket; `score`: its queue score) makes: the one
+-- place a lease is built, by every script that grants. The heartbeat writes back what
+-- the owner replica kept of it (the record in the grant message), field for field.
+local function lease_of(t, score, backend, borrowed)
+  return {backend = backend, owner = t.owner, predicted = t.predicted, restricted = t.restricted,
+          borrowed = borrowed, class = t.class, score = score, pauses = t.pauses, tier = t.tier,
+          arrival = t.arrival}
+end
+
 local function pack_lease(l)
   return table.concat({l.backend, l.owner, l.predicted, flag(l.restricted), flag(l.borrowed),
                        l.class, l.score, l.pauses, l.tier, l.arrival}, '|')
@@ -114,8 +124,9 @@ local function pack_backend(b)
                        b.work, b.lbusy, b.borrowed, b.granted}, '|') .. string.sub(b.models, 1, -2)
 end
 
-local function grant_message(lid, l)
-  return 'G|' .. lid .. '|' .. l.backend .. '|' .. flag(l.borrowed)
+-- `record`: the lease as pack_lease wrote it (its backend comes first)
+local function grant_message(lid, record)
+  return 'G|' .. lid .. '|' .. record
 end
 
 local function evict_message(tid, reason)

@@ -113,19 +113,15 @@ local function pick_victim(C, t, tscore)
   return best, best_lease
 end
 
--- The lease a grant of ticket `tid` makes.
-local function lease_of(t, score, backend, borrowed)
-  return {backend = backend, owner = t.owner, predicted = t.predicted, restricted = t.restricted,
-          borrowed = borrowed, class = t.class, score = score, pauses = t.pauses, tier = t.tier,
-          arrival = t.arrival}
-end
-
-local function grant(C, tid, t, score, backend, borrowed, recorded)
-  local lease = lease_of(t, score, backend, borrowed)
-  add_lease(C, tid, lease, C.now + C.D.lease_ttl, recorded)
-  local b = slot(C.S, backend)
+-- Grant ticket `tid` the lease `l` (lease_of): record it, count its slot, tell its owner.
+-- `record`: pack_lease(l) when the caller already wrote it (HSETNX); nil: written here.
+local function grant(C, tid, l, record)
+  local written = record ~= nil
+  record = record or pack_lease(l)
+  add_lease(C, tid, l, record, C.now + C.D.lease_ttl, written)
+  local b = slot(C.S, l.backend)
   b.granted = b.granted + 1
-  notify(C, t.owner, grant_message(tid, lease))
+  notify(C, l.owner, grant_message(tid, record))
 end
 
 local function resumable(C)
@@ -183,7 +179,7 @@ local function dispatch(C)
         end
         if backend then
           gone = true
-          grant(C, tid, t, score, backend, borrowed)
+          grant(C, tid, lease_of(t, score, backend, borrowed))
         end
       end
       if gone then

@@ -73,11 +73,11 @@ local function count_lease(S, l, sign)
   return b
 end
 
--- Record lease `lid` and count its slot. `expiry`: when it lapses unless renewed.
--- `recorded`: its record is already written (HSETNX by the caller).
-local function add_lease(C, lid, l, expiry, recorded)
-  if not recorded then
-    redis.call('HSET', C.K.lease, lid, pack_lease(l))
+-- Record lease `lid` (`l`, packed as `record`) and count its slot. `expiry`: when it
+-- lapses unless renewed. `written`: the caller already wrote the record (HSETNX).
+local function add_lease(C, lid, l, record, expiry, written)
+  if not written then
+    redis.call('HSET', C.K.lease, lid, record)
   end
   redis.call('ZADD', C.K.leases, expiry, lid)
   redis.call('SADD', C.K.owned(l.owner), lid)

@@ -37,7 +37,7 @@ local qlen = redis.call('ZCARD', K.queue)
 
 local function granted_before()
   local lease = redis.call('HGET', K.lease, tid)
-  return lease and {1, qlen, grant_message(tid, parse_lease(lease))}
+  return lease and {1, qlen, grant_message(tid, lease)}
 end
 
 if qlen > 0 and redis.call('HEXISTS', K.tickets, tid) == 1 then
@@ -119,13 +119,14 @@ if first then
   local backend, borrowed = pick_backend(C, t)
   if backend then
     local lease = lease_of(t, score, backend, borrowed)
-    if redis.call('HSETNX', K.lease, tid, pack_lease(lease)) == 0 then
+    local record = pack_lease(lease)
+    if redis.call('HSETNX', K.lease, tid, record) == 0 then
       return granted_before()  -- a retried call: the first grant stands
     end
     if qlen > 0 then
       redis.call('HSET', vkey, tenant, tostring(mine + cost))
     end
-    grant(C, tid, t, score, backend, borrowed, true)
+    grant(C, tid, lease, record)
     if qlen > 0 and D.preempt and resumable(C) then
       dispatch(C)  -- queued work may be old enough to pause a running lease by now
     end

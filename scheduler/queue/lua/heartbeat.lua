@@ -6,7 +6,9 @@
 --   n leases this replica holds: lease id, its lease record, its attained output tokens
 --   (-1: not preemptible now); then the ids of the tickets this replica is waiting for.
 -- A lease missing here (Redis restarted and lost it) is recreated with its slot,
--- so the busy count again matches the requests really running. A lease of this
+-- so the busy count again matches the requests really running; its record is the one
+-- the grant wrote (the grant message carries it whole), so a rebuilt lease keeps the
+-- class, score, tier and arrival a pause decision reads. A lease of this
 -- replica missing from its list is a grant it was never told of (the reply that
 -- carried it was lost with its connection): it is renewed and told again, so the
 -- waiter gets it, or the replica releases it. A waited-for ticket that is neither queued
@@ -33,7 +35,8 @@ for i = a + 2, waiting_from - 1, 3 do
   local lid, attained = ARGV[i], tonumber(ARGV[i + 2])
   held[lid] = true
   if not redis.call('ZSCORE', K.leases, lid) then
-    add_lease(C, lid, parse_lease(ARGV[i + 1]), now + lease_ttl)
+    local l = parse_lease(ARGV[i + 1])
+    add_lease(C, lid, l, pack_lease(l), now + lease_ttl)
   else
     redis.call('ZADD', K.leases, now + lease_ttl, lid)
   end
@@ -53,7 +56,7 @@ for _, lid in ipairs(redis.call('SMEMBERS', K.owned(me))) do
     local record = redis.call('HGET', K.lease, lid)
     if record then
       redis.call('ZADD', K.leases, now + lease_ttl, lid)
-      out[#out + 1] = grant_message(lid, parse_lease(record))
+      out[#out + 1] = grant_message(lid, record)
     else
       redis.call('SREM', K.owned(me), lid)
     end

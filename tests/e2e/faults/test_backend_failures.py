@@ -12,7 +12,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.faults import FaultSettings
 from simulator.settings import SimSettings
@@ -168,7 +168,7 @@ async def test_an_error_answer_that_breaks_off_gives_502_and_frees_the_slot(
 
 
 async def slot_free(redis: Redis, prefix: str) -> bool:
-    return await state.busy(redis, PoolKeys(prefix, "default"), "cut") == 0
+    return await readback.busy(redis, PoolKeys(prefix, "default"), "cut") == 0
 
 
 @pytest.fixture
@@ -197,5 +197,5 @@ async def test_a_client_that_leaves_at_done_got_a_complete_answer(
 
 
 async def slot_free_on(redis: Redis, prefix: str, backend: str) -> bool:
-    return await state.busy(redis, PoolKeys(prefix, "default"), backend) == 0
+    return await readback.busy(redis, PoolKeys(prefix, "default"), backend) == 0
 

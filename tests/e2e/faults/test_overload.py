@@ -14,7 +14,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from tests.e2e.faults.scripted import RATE_LIMITED, VLLM_FULL, Answer, refuse, scripted_backend
 from tests.support import MODEL, eventually
@@ -34,7 +34,7 @@ async def nothing_held(redis: Redis, prefix: str, *backends: str) -> bool:
     """No slot (of these backends), lease or ticket left in the pool."""
     keys = PoolKeys(prefix, "default")
     for name in backends:
-        if await state.busy(redis, keys, name) != 0:
+        if await readback.busy(redis, keys, name) != 0:
             return False
     return (await redis.hlen(keys.lease) == 0 and await redis.zcard(keys.leases) == 0
             and await redis.zcard(keys.queue) == 0 and await redis.hlen(keys.tickets) == 0)

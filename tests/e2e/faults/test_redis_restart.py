@@ -10,9 +10,9 @@ import httpx
 from redis.asyncio import Redis
 
 from gateway.app import create_app, shared_redis
-from gateway.embedded import EmbeddedRedis, free_port
+from gateway.server.embedded import EmbeddedRedis, free_port
 from gateway.settings import Settings
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from tests.e2e.faults.conftest import MODEL, chat, stream_tokens
 from tests.support import eventually, running_app
@@ -104,7 +104,7 @@ async def queue_len_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
 
 
 async def busy_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
-    return await state.busy(redis, keys, "sim") == n
+    return await readback.busy(redis, keys, "sim") == n
 
 
 async def test_a_command_cut_off_mid_flight_is_retried_on_a_fresh_connection(

@@ -14,8 +14,8 @@ import httpx
 import yaml
 from redis.asyncio import Redis
 
-from gateway.embedded import free_port
-from scheduler.queue import state
+from gateway.server.embedded import free_port
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from tests.e2e.faults.conftest import MODEL, stream_tokens
 from tests.support import eventually
@@ -59,7 +59,7 @@ class Replica:
 
 
 async def busy(redis: Redis, prefix: str) -> int:
-    return await state.busy(redis, PoolKeys(prefix, "default"), "sim")
+    return await readback.busy(redis, PoolKeys(prefix, "default"), "sim")
 
 
 async def test_kill_9_replica_slots_come_back(tmp_path: Path, sim: str, redis_url: str, redis: Redis,

@@ -75,7 +75,7 @@ async def test_a_trusted_tenant_whose_hints_run_long_loses_the_trust(
 
 
 def test_hint_trust_is_won_back_by_hints_that_hold() -> None:
-    from gateway.hints import HintTrust
+    from scheduler.policy.hints import HintTrust
 
     trust = HintTrust()
     for _ in range(10):

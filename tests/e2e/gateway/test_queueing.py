@@ -11,7 +11,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
@@ -79,7 +79,7 @@ async def queue_is(redis: Redis, prefix: str, n: int) -> bool:
 
 
 async def busy_is(redis: Redis, prefix: str, n: int) -> bool:
-    return await state.busy(redis, PoolKeys(prefix, "default"), "sim") == n
+    return await readback.busy(redis, PoolKeys(prefix, "default"), "sim") == n
 
 
 async def sim_stats(sim: str) -> dict:

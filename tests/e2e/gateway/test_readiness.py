@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import httpx
 
-from gateway.embedded import free_port
+from gateway.server.embedded import free_port
 from tests.support import MODEL, eventually
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from gateway.app import create_app
-from gateway.embedded import free_port
-from gateway.reload import ConfigSource
+from gateway.server.embedded import free_port
+from gateway.server.reload import ConfigSource
 from gateway.settings import hash_key
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from gateway.app import create_app
-from gateway.reload import ConfigSource
+from gateway.server.reload import ConfigSource
 from tests.e2e.gateway.test_reload import write
 from tests.support import MODEL, eventually, running_app
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 from redis.asyncio import Redis
 
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
@@ -42,4 +42,4 @@ async def test_old_and_new_replicas_share_a_pool_without_errors(
 
 
 async def _released(redis: Redis, keys: PoolKeys) -> bool:
-    return all(b.busy == 0 for b in (await state.backend_states(redis, keys)).values())
+    return all(b.busy == 0 for b in (await readback.backend_states(redis, keys)).values())

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.telemetry import semconv as sc
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from tests.e2e.observability.conftest import MODEL, stream_chat
 from tests.support import eventually, running_app
@@ -109,7 +109,7 @@ async def test_refused_request_marks_the_queue_span(
     async with httpx.AsyncClient(timeout=120) as client:
         url = f"{base}/v1/chat/completions"
         running = asyncio.ensure_future(client.post(url, json=body))
-        await eventually(lambda: state.busy(redis, keys, "sim"))
+        await eventually(lambda: readback.busy(redis, keys, "sim"))
         waiting = asyncio.ensure_future(client.post(url, json=body))
         await eventually(lambda: _equals(redis.zcard(keys.queue), 1))
         refused = await client.post(url, json=body)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway import redis_client
 from gateway.app import create_app
+from gateway.server import redis_client
 from gateway.settings import Settings
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator

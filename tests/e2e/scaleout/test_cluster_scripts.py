@@ -10,8 +10,8 @@ import uuid
 
 from redis.crc import key_slot
 
-from gateway import redis_client
-from scheduler.queue import state
+from gateway.server import redis_client
+from scheduler.queue import readback
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import FIXED, NAMED, PoolKeys
 from scheduler.queue.scripts import Scripts, Timing
@@ -76,4 +76,4 @@ async def _queued(redis, queue: str, n: int) -> bool:
 
 
 async def _busy(redis, prefix: str, n: int) -> bool:
-    return await state.busy(redis, PoolKeys(prefix, "m"), "b1") == n
+    return await readback.busy(redis, PoolKeys(prefix, "m"), "b1") == n

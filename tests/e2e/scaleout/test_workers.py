@@ -14,7 +14,7 @@ import httpx
 import yaml
 from redis.asyncio import Redis
 
-from gateway.embedded import await_http_ready, free_port, stop_child
+from gateway.server.embedded import await_http_ready, free_port, stop_child
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import parse_lease
 from tests.e2e.scaleout.checks import completion, peak_running

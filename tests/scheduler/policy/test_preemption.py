@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from scheduler.policy.preemption import Running, Urgent, pick_victim
-from scheduler.queue import state
+from scheduler.policy.preemption import Running, Urgent, candidate_after, is_candidate, pick_victim
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.records import pack_lease
+from scheduler.queue.records import pack_lease, parse_lease, parse_ticket
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Lease, MessageKind, Ticket
 
@@ -49,6 +49,20 @@ def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, ba
 def test_pick_victim(case: str, urgent: Urgent, running: list[Running], expected: str | None) -> None:
     victim = pick_victim(urgent, running, {"a"}, QUANTUM, MAX_PAUSES, SLACK)
     assert (victim.lease if victim else None) == expected, case
+
+
+@pytest.mark.parametrize(("case", "tokens", "at_start", "quantum", "after", "candidate"), [
+    ("a fresh generation within its quantum", 10, 0, QUANTUM, QUANTUM, False),
+    ("at its quantum: not yet", QUANTUM, 0, QUANTUM, QUANTUM, False),
+    ("one token past it", QUANTUM + 1, 0, QUANTUM, QUANTUM, True),
+    ("a resumed part counts from where it resumed", 300, 250, QUANTUM, 250 + QUANTUM, False),
+    ("...and is a candidate a quantum later", 315, 250, QUANTUM, 250 + QUANTUM, True),
+    ("a quantum of 0: any token at all", 1, 0, 0, 0, True),
+    ("...but not before the first", 0, 0, 0, 0, False),
+])
+def test_the_quantum(case: str, tokens: int, at_start: int, quantum: int, after: int, candidate: bool) -> None:
+    assert candidate_after(at_start, quantum) == after, case
+    assert is_candidate(tokens, at_start, quantum) is candidate, case
 
 
 # -- the twin: the same answer as the dispatch script ----------------------------------
@@ -102,10 +116,10 @@ async def test_the_twin_pauses_as_the_script_does(
     # the twin, asked with the urgent ticket's real score (Redis's clock when it was queued)
     lease = await redis.hget(keys.lease, "u")
     if lease:
-        score, arrival = (float(x) for x in lease.decode().split("|")[6:10:3])
+        urgent_lease = parse_lease(lease)
+        score, arrival = urgent_lease.score, urgent_lease.arrival
     else:
-        queued = (await redis.hget(keys.tickets, "u")).decode().split("|")
-        score, arrival = ticket_score, float(queued[6])
+        score, arrival = ticket_score, parse_ticket(await redis.hget(keys.tickets, "u")).arrival
     twin = pick_victim(Urgent(cls, "interactive", score, arrival, predicted), running, serves & resume, QUANTUM,
                        MAX_PAUSES, SLACK)
     if twin is None:
@@ -117,8 +131,8 @@ async def test_the_twin_pauses_as_the_script_does(
         assert granted[0].detail == paused[0].detail == lua.backend  # the slot changed hands
     # a slot is never held twice: each backend's busy count is the leases it holds
     for name in ("a", "b", "c"):
-        holders = [lid for lid, rec in (await redis.hgetall(keys.lease)).items() if rec.decode().split("|")[0] == name]
-        assert await state.busy(redis, keys, name) == len(holders)
+        holders = [lid for lid, rec in (await redis.hgetall(keys.lease)).items() if parse_lease(rec).backend == name]
+        assert await readback.busy(redis, keys, name) == len(holders)
 
 
 # -- the books, over random runs of arrivals, releases and heartbeats ------------------
@@ -193,7 +207,7 @@ async def test_pausing_keeps_the_books(redis: Redis, steps: list[str]) -> None:
             await handle((await scripts.heartbeat(keys, "me", records, progress=dict(running)))[2])
         leases = await redis.hgetall(keys.lease)
         assert set(k.decode() for k in leases) == set(running)  # a slot is never held twice
-        assert await state.busy(redis, keys, "a") == len(running) <= 2
+        assert await readback.busy(redis, keys, "a") == len(running) <= 2
     while running:  # drain: every request ends granted, none lost
         lease = sorted(running)[0]
         del running[lease]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from scheduler.policy.reservation import Reservation, ReservationParams
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import pack_lease
 from scheduler.queue.scripts import Scripts, Timing
@@ -87,7 +87,7 @@ def test_quiet_after_no_open_arrivals() -> None:
 
 
 async def lease_counts(redis: Redis, keys: PoolKeys) -> tuple[int, int]:
-    b = (await state.backend_states(redis, keys))["b"]
+    b = (await readback.backend_states(redis, keys))["b"]
     return b.busy, b.lbusy
 
 

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from scheduler.policy.routing import Pick, SlotState, pick_backend
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.records import BackendState, pack_backend
+from scheduler.queue.records import BackendSlots, pack_backend
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import Ticket
 
@@ -76,7 +76,7 @@ async def test_the_twin_picks_as_the_script_does(
     async with redis.pipeline(transaction=False) as pipe:
         for i, b in enumerate(pool):
             name = f"b{i}"
-            record = BackendState(
+            record = BackendSlots(
                 b["cap"], b["down"], b["weight"] or 1.0, b["speed"] or 0.0, b["lcap"], b["borrow"], False, b["busy"],
                 b["work"], b["lbusy"], 0, 0, ("m",) if b["serves"] else ("other",),
             )

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.policy.classify import Classifier, bound
+from scheduler.policy.order import PolicyName, PolicyParams
 from scheduler.predictor.embed import EmbedConfig, EmbeddingLengthPredictor, EmbeddingUnavailable
 from scheduler.predictor.lexical import PredictorConfig
 from scheduler.queue.keys import predictor_key
-from scheduler.types import PredictionSource
+from scheduler.types import ClassThresholds, Prediction, PredictionSource
 from tests.scheduler.predictor.test_lexical import ask, learn_in_turns
 
 
@@ -55,19 +57,22 @@ def test_cold_start_is_the_prior() -> None:
     assert got.upper >= got.tokens
 
 
-def test_hint_wins_without_encoding() -> None:
+def test_the_hint_and_cap_are_not_the_predictors_to_apply() -> None:
+    p = make()
+    assert p.predict(ask(hint=42)) == p.predict(ask())  # the classifier applies the hint
+    got = p.predict(ask(max_tokens=64))
+    assert got.source is PredictionSource.PRIOR and got.tokens == pytest.approx(250)
+    assert bound(got, None, 64) == Prediction(64, 64, PredictionSource.CAP)
+    loose = bound(p.predict(ask(max_tokens=4096)), None, 4096)
+    assert loose.source is PredictionSource.PRIOR and loose.upper <= 4096
+
+
+def test_a_hinted_request_is_placed_without_encoding() -> None:
     encoder = BagEncoder()
-    got = make(encoder).predict(ask(hint=42, max_tokens=30))
+    classifier = Classifier(make(encoder), PolicyName.SHORT_FIRST, PolicyParams(), ClassThresholds())
+    got = classifier.place(ask(hint=42, max_tokens=30), "interactive").prediction
     assert (got.tokens, got.source) == (30, PredictionSource.HINT)
     assert encoder.encoded == 0
-
-
-def test_cap_applies_only_below_the_estimate() -> None:
-    p = make()
-    capped = p.predict(ask(max_tokens=64))
-    assert (capped.tokens, capped.upper, capped.source) == (64, 64, PredictionSource.CAP)
-    loose = p.predict(ask(max_tokens=4096))
-    assert loose.source is PredictionSource.PRIOR and loose.upper <= 4096
 
 
 # Learning.

@@ -4,6 +4,7 @@ synthetic set (skipped without the ``embed`` extra: torch, transformers, the wei
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import uuid
@@ -12,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from scheduler.policy.classify import bound
 from scheduler.predictor.embed import EmbeddingUnavailable
 from scheduler.predictor.finetune import FinetuneConfig, FinetunedLengthPredictor, _cap_per_tenant
 from scheduler.predictor.lexical import PredictorConfig
 from scheduler.predictor.network import length_batches
-from scheduler.types import PredictInput, PredictionSource
+from scheduler.types import PredictInput, Prediction, PredictionSource
 from tests.scheduler.predictor.test_lexical import ask
 
 
@@ -40,6 +42,26 @@ def test_unfitted_is_the_lexical_model() -> None:
     essay = p.predict(ask("Write a detailed essay about rivers."))
     assert essay == p.lexical.predict(ask("Write a detailed essay about rivers."))
     assert essay.tokens > 3 * p.predict(ask("Translate the word river into French, one word.")).tokens
+
+
+class FixedNet:
+    """A stand-in for the fine-tuned networks: every prompt's log length is ``log_tokens``."""
+
+    def __init__(self, log_tokens: float) -> None:
+        self.log_tokens = log_tokens
+
+    def predict_logs(self, pairs: list[tuple[str, str]]) -> list[float]:
+        return [self.log_tokens] * len(pairs)
+
+
+def test_the_blend_leaves_hint_and_cap_to_the_classifier() -> None:
+    p = make(weight=1.0)
+    p._net = FixedNet(math.log(900))  # type: ignore[assignment]
+    essay = p.predict(ask("Write a long essay about deserts."))
+    assert essay.tokens == pytest.approx(900) and essay.source is PredictionSource.PRIOR
+    assert p.predict(ask("Write a long essay about deserts.", hint=42)) == essay
+    assert p.predict(ask("Write a long essay about deserts.", max_tokens=20)) == essay
+    assert bound(essay, None, 20) == Prediction(20, 20, PredictionSource.CAP)
 
 
 def test_observe_keeps_a_bounded_log_for_refit() -> None:
@@ -117,12 +139,11 @@ def test_fine_tuning_ranks_essays_above_yes_no(fitted: FinetunedLengthPredictor)
     assert fitted.predict(essays[0]).source is PredictionSource.PRIOR  # lexical never observed
 
 
-def test_blend_caps_and_hints(fitted: FinetunedLengthPredictor) -> None:
+def test_blend_leaves_caps_and_hints_to_the_classifier(fitted: FinetunedLengthPredictor) -> None:
     essay = ask("Write a long essay about deserts.")
-    capped = fitted.predict(ask("Write a long essay about deserts.", max_tokens=20))
+    capped = bound(fitted.predict(ask("Write a long essay about deserts.", max_tokens=20)), None, 20)
     assert (capped.tokens, capped.source) == (20, PredictionSource.CAP)
-    hinted = fitted.predict(ask("Write a long essay about deserts.", hint=42))
-    assert (hinted.tokens, hinted.source) == (42, PredictionSource.HINT)
+    assert fitted.predict(ask("Write a long essay about deserts.", hint=42)) == fitted.predict(essay)
     assert fitted.predict(essay).upper >= fitted.predict(essay).tokens
 
 

@@ -1,4 +1,4 @@
-"""Length predictor: layering (hint, cap, learned, prior), learning, sharing through a real Redis."""
+"""Length predictor: learned or prior (hint and cap are the classifier's), learning, sharing through a real Redis."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from scheduler.policy.classify import bound
 from scheduler.predictor.lexical import LengthPredictor, PredictorConfig
 from scheduler.predictor.ranking import kendall_tau_b, spearman
 from scheduler.predictor.tools.evaluate import main
 from scheduler.queue.keys import predictor_key
-from scheduler.types import PredictInput, PredictionSource
+from scheduler.types import PredictInput, Prediction, PredictionSource
 from triage.cli import main as cli_main
 
 DATA = Path("/work/shared/data")
@@ -41,25 +42,21 @@ def test_cold_start_is_the_prior() -> None:
     assert got.upper >= got.tokens
 
 
-def test_hint_wins() -> None:
+def test_the_hint_is_not_the_predictors_to_apply() -> None:
+    # the classifier applies hint and cap (policy/classify.py); the model reads the text
     p = LengthPredictor()
     for _ in range(100):
         p.observe(ask(), 900)
-    got = p.predict(ask(hint=42))
-    assert (got.tokens, got.source) == (42, PredictionSource.HINT)
-    assert got.upper >= got.tokens
+    assert p.predict(ask(hint=42)) == p.predict(ask())
+    assert p.predict(ask(hint=42)).source is PredictionSource.LEARNED
 
 
-def test_hint_is_bounded_by_max_tokens() -> None:
-    got = LengthPredictor().predict(ask(hint=500, max_tokens=100))
-    assert got.tokens == 100 and got.source is PredictionSource.HINT
-
-
-def test_cap_applies_only_below_the_estimate() -> None:
+def test_cap_is_not_the_predictors_to_apply() -> None:
     p = LengthPredictor(PredictorConfig(prior_tokens=250))
-    capped = p.predict(ask(max_tokens=64))
-    assert (capped.tokens, capped.upper, capped.source) == (64, 64, PredictionSource.CAP)
-    loose = p.predict(ask(max_tokens=4096))
+    got = p.predict(ask(max_tokens=64))  # nothing learned: the cap pulls nothing
+    assert got.source is PredictionSource.PRIOR and got.tokens == pytest.approx(250)
+    assert bound(got, None, 64) == Prediction(64, 64, PredictionSource.CAP)
+    loose = bound(p.predict(ask(max_tokens=4096)), None, 4096)
     assert loose.source is PredictionSource.PRIOR
     assert loose.tokens == pytest.approx(250)
     assert loose.upper <= 4096
@@ -73,7 +70,7 @@ def test_a_template_whose_replies_run_to_the_cap_is_predicted_at_its_cap() -> No
     long = p.predict(ask("Write the next part of the report.", max_tokens=1800))
     short = p.predict(ask("Write the next part of the report.", max_tokens=40))
     assert long.tokens > 1200 and long.source is PredictionSource.LEARNED
-    assert short.tokens == 40
+    assert bound(short, None, 40) == Prediction(40, 40, PredictionSource.CAP)
     other = p.predict(ask("Write the next part of the report.", max_tokens=1800, tenant="t2"))
     assert other.tokens < 1000  # another tenant's caps prove nothing about this one's
 

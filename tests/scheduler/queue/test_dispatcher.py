@@ -10,11 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.errors import DeadlineExceeded, QueueFull, Shed
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import grant_message, pack_message, parse_lease
 from scheduler.queue.scripts import Scripts, Timing
-from scheduler.types import BackendRecord, Grant, Ticket
+from scheduler.types import BackendRecord, Grant, Message, MessageKind, Ticket
 from tests.support import eventually
 
 POOL = "m"
@@ -77,7 +78,7 @@ async def busy_is(redis: Redis, prefix: str, n: int) -> bool:
 
 
 async def busy(redis: Redis, prefix: str, backend: str = "b1") -> int:
-    return await state.busy(redis, PoolKeys(prefix, POOL), backend)
+    return await readback.busy(redis, PoolKeys(prefix, POOL), backend)
 
 
 async def test_grant_at_once_and_release(make, redis, prefix) -> None:
@@ -196,6 +197,33 @@ async def test_redis_data_loss_requeues_waiters(make, redis, prefix) -> None:
     assert grant.backend == "b1"
 
 
+@pytest.mark.parametrize("queued", [False, True], ids=["granted-at-once", "granted-after-waiting"])
+async def test_redis_data_loss_rebuilds_the_lease_the_grant_wrote(make, any_redis_url, prefix, queued) -> None:
+    """The heartbeat recreates a lost lease from the replica's copy, which is the whole
+    record the grant wrote: its class, score, tier and arrival are what a pause reads."""
+    d = make(hb=60)  # the test beats
+    await d.start()
+    await add_backend(d, limit=1 if queued else 2)
+    keys = PoolKeys(prefix, POOL)
+    redis = Redis.from_url(any_redis_url)
+    try:
+        first = await d.acquire(spec(), POOL)
+        ticket = Ticket(uuid.uuid4().hex, "m", "acme", "medium", 900, 0.0, "batch", 2.5, 1.0, age_s=0.25, pauses=1)
+        waiting = asyncio.create_task(d.acquire(ticket, POOL))
+        if queued:  # granted by the dispatch a release runs, not by its own enqueue
+            await eventually(lambda: queue_len(redis, keys, lambda n: n == 1))
+            d.release_soon(first)
+        grant = await asyncio.wait_for(waiting, 10)
+        granted = await redis.hget(keys.lease, grant.ticket)
+        lease = parse_lease(granted)
+        assert (lease.cls, lease.tier, lease.pauses, lease.predicted) == ("medium", "batch", 1, 900)
+        await redis.delete(*[key async for key in redis.scan_iter(match=f"{keys.base}:*")])
+        await d.heartbeat(POOL)
+        assert await redis.hget(keys.lease, grant.ticket) == granted
+    finally:
+        await redis.aclose()
+
+
 async def test_a_retried_enqueue_gets_the_first_answer(redis, prefix) -> None:
     """A client retries a script whose reply was lost with its connection: the ticket is
     granted once (same lease, one slot) or queued once, whatever the number of calls."""
@@ -221,7 +249,9 @@ async def test_a_grant_told_twice_holds_one_lease(make, redis, prefix) -> None:
     d, held, waiting, keys = await one_running_one_queued(make, redis, prefix)
     queued_id = (await redis.zrange(keys.queue, 0, 0))[0].decode()
     inbox = keys.inbox(d.owner)
-    await redis.rpush(inbox, f"G|{held.ticket}|b1|0", f"E|{queued_id}|shed")  # handled in order
+    again = grant_message(held.ticket, parse_lease(await redis.hget(keys.lease, held.ticket)))
+    evicted = Message(MessageKind.EVICT, queued_id, "shed")
+    await redis.rpush(inbox, pack_message(again), pack_message(evicted))  # handled in order
     with pytest.raises(Shed):
         await waiting
     assert held.ticket in d.held(POOL)

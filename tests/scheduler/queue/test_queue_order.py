@@ -21,6 +21,7 @@ from scheduler.errors import Shed
 from scheduler.policy.order import PolicyName, PolicyParams, order
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import parse_ticket
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Ticket
 from tests.support import eventually
@@ -71,8 +72,7 @@ async def test_starvation_bound(redis: Redis, arrivals: list[tuple[int, str, flo
             await asyncio.sleep(gap)
     arrival = {}
     for tid in ids:
-        packed = (await redis.hget(keys.tickets, tid)).decode()
-        arrival[tid] = float(packed.split("|")[6])  # the server's clock at enqueue
+        arrival[tid] = parse_ticket(await redis.hget(keys.tickets, tid)).arrival  # the server's clock at enqueue
     granted = await drain_one_at_a_time(scripts, keys, len(ids))
     assert sorted(granted) == ids  # every ticket granted exactly once
     for pos, earlier in enumerate(granted):

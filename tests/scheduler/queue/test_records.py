@@ -1,20 +1,26 @@
-"""Each record format is written once per language: records.py and _dispatch.lua agree.
+"""Each record format is written once per language: records.py and _common.lua agree.
 
 Python -> Lua: a lease Python packed is read and written back unchanged by the scripts.
 Lua -> Python: tickets, leases and messages the scripts wrote parse into what was sent.
+Lua's lease builder (``lease_of`` + ``pack_lease``) and Python's ``pack_lease`` write the
+same record, field for field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from importlib import resources
 
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import state
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import (
-    BackendState,
+    BackendSlots,
+    GrantMessage,
+    grant_message,
     pack_backend,
     pack_lease,
     pack_message,
@@ -44,6 +50,19 @@ def ticket(tid: str, **kw: object) -> Ticket:
     return Ticket(tid, **fields)  # type: ignore[arg-type]
 
 
+LEASES = [
+    Lease("gpu-a", ME, 0, True, True, "short", 1764580000.125, 1, "batch", 1764579999.5),
+    Lease("x", ME, 4000, True, False, "long", 12.0, 2, "interactive", 3.25),
+    Lease("b-2", "replica-9", 77, False, False, "medium", 1764580031.2345, 0, "", 1764580001.2345),
+]
+
+
+def assert_same_fields(got: Lease, want: Lease) -> None:
+    """Field for field, so a field one side forgets is named."""
+    for f in dataclasses.fields(Lease):
+        assert (f.name, getattr(got, f.name)) == (f.name, getattr(want, f.name))
+
+
 @pytest.mark.parametrize(
     "lease",
     [Lease("b1", ME, 120, False, False), Lease("gpu-a", ME, 0, True, True, "short", 1764580000.125, 1, "batch", 1764579999.5),
@@ -55,20 +74,45 @@ def test_lease_round_trips(lease: Lease) -> None:
 
 @pytest.mark.parametrize(
     "backend",
-    [BackendState(), BackendState(4, False, 1.0, 0.0, 4, 0, False, 0, 0.0, 0, 0, 0, ("m",)),
-     BackendState(8, True, 0.5, 41.25, 6, 2, True, 3, 2100.5, 2, 1, 1234, ("m", "m-large"))],
+    [BackendSlots(), BackendSlots(4, False, 1.0, 0.0, 4, 0, False, 0, 0.0, 0, 0, 0, ("m",)),
+     BackendSlots(8, True, 0.5, 41.25, 6, 2, True, 3, 2100.5, 2, 1, 1234, ("m", "m-large"))],
 )
-def test_backend_round_trips(backend: BackendState) -> None:
+def test_backend_round_trips(backend: BackendSlots) -> None:
     assert parse_backend(pack_backend(backend)) == backend
 
 
 @pytest.mark.parametrize(
     "msg",
-    [Message(MessageKind.GRANT, "req-1", "b1", True), Message(MessageKind.GRANT, "req-2", "b2", False),
-     Message(MessageKind.EVICT, "req-3", "deadline")],
+    [grant_message("req-1", LEASES[0]), grant_message("req-2", LEASES[1]), Message(MessageKind.EVICT, "req-3", "deadline"),
+     Message(MessageKind.LOST, "req-4", "lost"), Message(MessageKind.PAUSE, "req-5", "b1")],
 )
 def test_message_round_trips(msg: Message) -> None:
     assert parse_message(pack_message(msg)) == msg
+
+
+def test_a_grant_names_its_leases_backend_and_slot() -> None:
+    msg = grant_message("req-1", LEASES[0])
+    assert (msg.kind, msg.ticket, msg.detail, msg.borrowed) == (MessageKind.GRANT, "req-1", "gpu-a", True)
+    with pytest.raises(ValueError):
+        pack_message(Message(MessageKind.GRANT, "req-1", "gpu-a"))  # a grant without its lease
+
+
+# Lua's builder, given a ticket as parse_ticket reads one, and the grant's score, backend and slot
+LEASE_OF = """
+local t = {owner = ARGV[1], predicted = tonumber(ARGV[2]), restricted = ARGV[3] == '1', class = ARGV[4],
+           pauses = tonumber(ARGV[5]), tier = ARGV[6], arrival = tonumber(ARGV[7]), model = 'm', tenant = 'x'}
+return pack_lease(lease_of(t, tonumber(ARGV[8]), ARGV[9], ARGV[10] == '1'))
+"""
+
+
+@pytest.mark.parametrize("lease", LEASES)
+async def test_luas_lease_builder_writes_what_pack_lease_writes(redis: Redis, lease: Lease) -> None:
+    common = (resources.files("scheduler.queue") / "lua" / "_common.lua").read_text(encoding="utf-8")
+    args = [lease.owner, lease.predicted, int(lease.restricted), lease.cls, lease.pauses, lease.tier, lease.arrival,
+            lease.score, lease.backend, int(lease.borrowed)]
+    record = (await redis.eval(common + LEASE_OF, 0, *args)).decode()
+    assert_same_fields(parse_lease(record), lease)
+    assert record == pack_lease(lease)
 
 
 async def test_a_ticket_lua_queued_parses_into_what_was_sent(redis: Redis, keys: PoolKeys) -> None:
@@ -85,25 +129,28 @@ async def test_a_ticket_lua_queued_parses_into_what_was_sent(redis: Redis, keys:
 async def test_a_grant_lua_made_parses_into_its_lease_and_message(redis: Redis, keys: PoolKeys) -> None:
     scripts = Scripts(redis, Timing(30.0, 30.0, 64))
     await scripts.set_backend(keys, ME, BackendRecord("b1", 2, models=("m",)))
-    result = await scripts.enqueue(keys, ME, ticket("t1", avoid="", restricted=False, predicted=77), 0, 0)
-    assert result.messages == [Message(MessageKind.GRANT, "t1", "b1", False)]
+    sent = ticket("t1", avoid="", restricted=False, predicted=77, pauses=1)
+    result = await scripts.enqueue(keys, ME, sent, 0, 0)
     raw = await redis.hget(keys.lease, "t1")
     lease = parse_lease(raw)
-    assert lease == Lease("b1", ME, 77, False, False, "long", lease.score, 0, "batch", lease.arrival)
+    assert_same_fields(lease, Lease("b1", ME, 77, False, False, "long", lease.score, 1, "batch", lease.arrival))
     seconds, _ = await redis.time()
     assert seconds - 60 < lease.arrival <= seconds + 1  # its request's arrival, on Redis's clock
     assert lease.score == pytest.approx(lease.arrival + 1.0, abs=1e-3)  # its queue score: arrival + slack
     assert pack_lease(lease) == raw.decode()
+    # the grant carries the lease whole: what the replica keeps is what Redis holds
+    assert result.messages == [grant_message("t1", lease)]
+    assert isinstance(result.messages[0], GrantMessage)
 
 
 async def test_a_lease_python_packed_is_kept_as_it_is(redis: Redis, keys: PoolKeys) -> None:
     """The heartbeat recreates a lost lease from the record the replica holds."""
     scripts = Scripts(redis, Timing(30.0, 30.0, 64))
     await scripts.set_backend(keys, ME, BackendRecord("b1", 4, models=("m",)))
-    record = pack_lease(Lease("b1", ME, 900, True, True))
+    record = pack_lease(Lease("b1", ME, 900, True, True, "long", 1764580000.125, 1, "batch", 1764579999.5))
     await scripts.heartbeat(keys, ME, {"lost": record})
     assert (await redis.hget(keys.lease, "lost")).decode() == record
-    b = (await state.backend_states(redis, keys))["b1"]
+    b = (await readback.backend_states(redis, keys))["b1"]
     assert (b.busy, b.work, b.lbusy, b.borrowed) == (1, 900, 1, 1)
     assert await redis.sismember(keys.owned(ME), "lost")
 
@@ -114,7 +161,7 @@ async def test_an_eviction_lua_sent_parses(redis: Redis, keys: PoolKeys) -> None
     await scripts.enqueue(keys, ME, ticket("t1", timeout_s=0.001, restricted=False), 0, 0)
     # a slot on a backend that does not serve its model, so a dispatch meets the ticket and cannot grant
     # it; written as it is, without a dispatch, so the first one to meet the ticket is a release below
-    await redis.hset(keys.backends, "b2", pack_backend(BackendState(1, lcap=1, models=("other",))))
+    await redis.hset(keys.backends, "b2", pack_backend(BackendSlots(1, lcap=1, models=("other",))))
     for _ in range(100_000):  # until its 1 ms deadline has passed on Redis's clock
         if messages := await scripts.release(keys, ME, "none"):
             break
@@ -128,6 +175,6 @@ async def test_a_backend_lua_wrote_parses_and_python_packs_it_the_same(redis: Re
     await scripts.enqueue(keys, ME, ticket("t1", avoid="", restricted=False, predicted=70), 0, 0)
     raw = await redis.hget(keys.backends, "b1")
     b = parse_backend(raw)
-    assert b == BackendState(3, False, 0.5, 42.5, 2, 1, True, 1, 70.0, 0, 0, 1, ("m", "m2"))
+    assert b == BackendSlots(3, False, 0.5, 42.5, 2, 1, True, 1, 70.0, 0, 0, 1, ("m", "m2"))
     assert pack_backend(b) == raw.decode()
-    assert await state.reach(redis, keys, ME) == {"b1"}
+    assert await readback.reach(redis, keys, ME) == {"b1"}

@@ -1,0 +1,1 @@
+"""The HTTP surface: routes, keys, the admin endpoints (docs/architecture.md)."""

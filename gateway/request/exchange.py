@@ -1,0 +1,132 @@
+"""One request's calls to its backends, as bytes: the open upstream response, the backend
+call's span, and what the answer said. A paused, retried or re-queued request makes
+several calls through one exchange, one at a time.
+
+The exchange reads the job (its grant and route) but decides nothing for it: the proxy
+tells the job that a call is over (the slot goes back), then ``end`` closes the call's
+span; only an error answer that breaks off is told to both here (``read_refusal``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator
+
+import httpx
+
+from gateway import sse
+from gateway.errors import GatewayError, from_scheduler, upstream_failed
+from gateway.request.context import RequestContext
+from gateway.request.relay import relay_events
+from gateway.schemas import InferenceRequest
+from gateway.telemetry.stream_stats import StreamStats
+from gateway.telemetry.tracing import BackendCall, Reply
+from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
+from scheduler.errors import BackendOverloaded, SchedulerError
+from scheduler.job import Job
+from scheduler.types import CallResult
+
+
+class Exchange:
+    """One request's upstream side."""
+
+    def __init__(self, upstream: Upstream, req: InferenceRequest, ctx: RequestContext) -> None:
+        self.upstream, self.req, self.ctx = upstream, req, ctx
+        self.response: httpx.Response | None = None  # the current call's answer
+        self.sent_at = 0.0  # when the current call was sent
+        self.call: BackendCall | None = None  # the current call's span, until it ends
+        self.reply: Reply | None = None  # usage and timing of the answer, once known
+        self.paused = False  # its slot went to more urgent work: the stream is being closed
+        self._closing: asyncio.Task[None] | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """The current call answered with a stream that is still open."""
+        return self.response is not None and self.response.status_code == 200 and self.call is not None
+
+    async def open(self, job: Job, body: bytes | None = None) -> httpx.Response:
+        """Send the request (``body``: the client's own, rewritten only where it must be)
+        to the backend of the job's current grant."""
+        assert job.grant is not None and job.route is not None
+        backend = job.route.backend
+        body = body if body is not None else self.req.upstream_body(job.route.priority)
+        self.ctx.trace.dispatched(job.grant)
+        self.call = self.ctx.trace.call(backend, self.req)
+        self.reply, self.paused = None, False
+        headers = headers_for(backend, self.ctx.request_id, self.call.headers)
+        self.sent_at = time.monotonic()
+        self.response = await self.upstream.open(
+            UpstreamCall(backend, self.req.endpoint.value, body, headers), stream=self.req.stream
+        )
+        return self.response
+
+    def reset(self) -> None:
+        """A new grant: the last call's answer is no longer this request's."""
+        self.response = None
+
+    def end(self, result: CallResult) -> None:
+        """The current call is over (the job has been told): its span ends. Once per call."""
+        call, self.call = self.call, None
+        self.ctx.trace.call_done(call, result.tokens, result.ok, result.status, result.tpot_s, self.reply)
+
+    async def read_refusal(self, job: Job, response: httpx.Response) -> None:
+        """The whole body of a non-200 answer to a stream; one that breaks off is a 502
+        (the job and the span told it failed)."""
+        try:
+            with upstream_errors():
+                await response.aread()
+        except UpstreamError as exc:
+            job.end_part(CallResult.failed())
+            self.end(CallResult.failed())
+            raise upstream_failed(f"its error answer broke off: {exc}") from None
+
+    def whole(self, response: httpx.Response) -> CallResult:
+        """How a whole answer (non-streamed, or refused) ended."""
+        status = response.status_code
+        self.reply = Reply.from_body(response.content) if status == 200 else None
+        tokens = self.reply.tokens("completion_tokens") if self.reply else None
+        tpot = (time.monotonic() - self.sent_at) / tokens if tokens else None
+        return CallResult(status < 500, status, tokens, None, tpot)
+
+    async def stream_over(self, stats: StreamStats) -> CallResult:
+        """The end of a stream, however it ended: the upstream closed; how it ended."""
+        if self.response is not None:
+            await self.response.aclose()
+        tokens = stats.usage.get("completion_tokens") if stats.usage else None
+        stats.started = self.sent_at
+        self.reply = Reply.from_stream(stats)
+        return CallResult(
+            stats.error is None, 200, tokens if stats.completed else None, stats.ttft_s, stats.tpot_s(tokens)
+        )
+
+    def pause(self) -> None:
+        """The dispatch script gave this request's slot away: close the upstream stream
+        (the engine aborts it); the relay notices, and the request is resumed later."""
+        self.paused = True
+        if self.response is not None:
+            self._closing = asyncio.get_running_loop().create_task(self.response.aclose())
+
+    async def close_part(self) -> None:
+        """A paused part's upstream, closed for certain."""
+        if self._closing is not None:
+            await self._closing
+        if self.response is not None:
+            await self.response.aclose()
+
+    def relay(self, stats: StreamStats, trailer: bytes | None = None) -> AsyncGenerator[bytes, None]:
+        assert self.response is not None
+        return relay_events(self.response, self.req.include_usage, stats, trailer)
+
+
+def sse_event(error: GatewayError) -> bytes:
+    """``error`` as the SSE event a stream whose 200 has gone out ends with."""
+    return sse.error(error.message, error.type, error.code)
+
+
+def refused(ctx: RequestContext, exc: SchedulerError) -> GatewayError:
+    """The answer to a request the scheduler refused or evicted, traced as such (one that
+    backends refused as overloaded is the backends' answer, not the scheduler's)."""
+    if not isinstance(exc, BackendOverloaded):
+        ctx.trace.refused(exc.outcome)
+    return from_scheduler(exc)

@@ -1,0 +1,1 @@
+"""The gateway process: connections, drain, reload, Redis clients, children (docs/architecture.md)."""

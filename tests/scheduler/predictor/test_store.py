@@ -1,0 +1,103 @@
+"""The predictor's shared sums: learned locally, pushed as deltas, pulled merged —
+between replicas through a real Redis-protocol server."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from scheduler.predictor.store import SharedState
+
+BINS = 4
+
+
+@pytest.fixture
+def key(prefix: str) -> str:
+    return f"{prefix}:predictor"
+
+
+async def test_push_sends_the_deltas_and_pull_merges_every_replicas(redis: Redis, key: str) -> None:
+    a, b = SharedState(BINS), SharedState(BINS)
+    a.add("w:1", 1.0)
+    a.add("w:1", 0.5)
+    b.add("w:1", 2.0)
+    b.add("n", 1.0)
+    assert a.pending == {"w:1": 1.5} and a.get("w:1") == 1.5
+    await a.push(redis, key)
+    assert a.pending == {}
+    await b.push(redis, key)
+    assert float(await redis.hget(key, "w:1")) == 3.5
+    assert int(await redis.hget(key, "rev")) == 2
+    await a.pull(redis, key)
+    await b.pull(redis, key)
+    assert a.get("w:1") == b.get("w:1") == 3.5 and a.get("n") == b.get("n") == 1.0
+    assert a.get("rev") == 0.0  # the revision is not a learned value
+
+
+async def test_pull_keeps_what_is_not_pushed_yet(redis: Redis, key: str) -> None:
+    a, b = SharedState(BINS), SharedState(BINS)
+    a.add("w:1", 1.0)
+    await a.push(redis, key)
+    b.add("w:1", 10.0)  # learned, not pushed
+    await b.pull(redis, key)
+    assert b.get("w:1") == 11.0 and b.pending == {"w:1": 10.0}
+
+
+async def test_bins_mirror_their_fields(redis: Redis, key: str) -> None:
+    a, b = SharedState(BINS), SharedState(BINS)
+    a.add_bin(2, 1.0)
+    assert a.hist == [0.0, 0.0, 1.0, 0.0] and a.get("h:2") == 1.0
+    await a.push(redis, key)
+    await b.pull(redis, key)
+    assert b.hist == [0.0, 0.0, 1.0, 0.0]
+
+
+async def test_a_pull_fetches_only_when_another_replica_pushed(redis: Redis, key: str) -> None:
+    a, b = SharedState(BINS), SharedState(BINS)
+    await a.pull(redis, key)  # as a replica starts
+    a.add("w:1", 1.0)
+    await a.push(redis, key)  # nobody else pushed since: the hash is what a holds
+    await redis.hset(key, "w:2", 5.0)  # a write outside the protocol, without a new revision
+    await a.pull(redis, key)
+    assert a.get("w:2") == 0.0  # the revision is unchanged: nothing fetched
+    b.add("w:3", 1.0)
+    await b.push(redis, key)  # a new revision
+    await a.pull(redis, key)
+    assert (a.get("w:2"), a.get("w:3")) == (5.0, 1.0)
+
+
+async def test_the_warm_start_is_local_and_never_pushed(redis: Redis, key: str) -> None:
+    a, b = SharedState(BINS), SharedState(BINS)
+    a.load_base({"w:1": 2.0, "h:1": 3.0, "h:99": 1.0})  # a bin beyond the histogram is kept as a field only
+    assert a.get("w:1") == 2.0 and a.hist[1] == 3.0 and a.pending == {}
+    a.add("w:1", 1.0)
+    await a.push(redis, key)
+    assert float(await redis.hget(key, "w:1")) == 1.0
+    b.add("w:1", 4.0)
+    await b.push(redis, key)
+    await a.pull(redis, key)
+    assert a.get("w:1") == 2.0 + 1.0 + 4.0  # base + the fleet's sums
+    assert a.snapshot()["w:1"] == 7.0
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_failed_push_keeps_its_deltas_pending(redis: Redis, key: str) -> None:
+    dead = Redis.from_url(f"redis://127.0.0.1:{closed_port()}", socket_connect_timeout=1)
+    a = SharedState(BINS)
+    a.add("w:1", 1.0)
+    try:
+        with pytest.raises(RedisError):
+            await a.push(dead, key)
+    finally:
+        await dead.aclose()
+    assert a.pending == {"w:1": 1.0}
+    await a.push(redis, key)  # sent once Redis answers
+    assert float(await redis.hget(key, "w:1")) == 1.0 and a.pending == {}

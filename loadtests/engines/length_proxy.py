@@ -25,6 +25,7 @@ engine's own ``/tokenize``. Requests that match no row pass through unchanged.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,15 +83,9 @@ class LengthProxy:
                                                                "param": None, "code": None}}))
             return
         try:
-            out = [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length", b"transfer-encoding")]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        except OSError:
-            pass  # the caller left: closing the upstream response aborts the request in the engine
+            await _relay_until_gone(response, receive, send)
         finally:
-            await response.aclose()
+            await response.aclose()  # closing the upstream response aborts the request in the engine
 
     async def rewrite(self, path: str, raw: bytes) -> bytes:
         try:
@@ -142,6 +137,37 @@ class LengthProxy:
                                       json={"model": model, "prompt": text, "add_special_tokens": False})
         resp.raise_for_status()
         return int(resp.json()["count"])
+
+
+async def _relay_until_gone(response: httpx.Response, receive: Any, send: Any) -> None:
+    """Relay the engine's answer until it ends or the caller leaves, whichever is first.
+
+    Under uvicorn a ``send`` after the caller has gone returns quietly, so relaying alone
+    would keep reading the engine's stream to its end and the generation would run on
+    inside the engine: the caller's leaving is read from ``http.disconnect`` instead (a
+    gateway pausing a stream closes it, and the engine must stop generating then)."""
+
+    async def relay() -> None:
+        out = [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length", b"transfer-encoding")]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    relaying, leaving = asyncio.ensure_future(relay()), asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({relaying, leaving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (relaying, leaving):
+            task.cancel()
+        results = await asyncio.gather(relaying, leaving, return_exceptions=True)
+    error = results[0]
+    if isinstance(error, BaseException) and not isinstance(error, (asyncio.CancelledError, OSError)):
+        raise error  # OSError: the caller left while a chunk was on its way
 
 
 async def _answer(send: Any, status: int, body: bytes) -> None:

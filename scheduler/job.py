@@ -36,7 +36,7 @@ from scheduler.errors import BackendOverloaded, BackendsDown, DeadlineExceeded, 
 from scheduler.policy import backoff, order
 from scheduler.policy.classify import Classifier
 from scheduler.policy.hints import HintTrust
-from scheduler.policy.preemption import candidate_after
+from scheduler.policy.preemption import candidate_after, is_candidate
 from scheduler.policy.quota import QuotaLimits, reserve_tokens
 from scheduler.queue.dispatcher import Dispatcher, Watch
 from scheduler.quotas import Hold, Quotas
@@ -243,12 +243,21 @@ class Job:
     # -- pausing -----------------------------------------------------------------------
     def watch(self, progress: Callable[[], int | None], on_pause: Callable[[], None], tokens: int) -> int:
         """Its generation (``tokens`` output tokens so far) runs on the current grant and
-        may be paused: ``progress`` tells how far it got, ``on_pause`` runs if its slot is
-        given to more urgent work. The output tokens past which it becomes a candidate
-        (``passed_quantum`` is then to be told, once)."""
+        may be paused: ``progress`` tells how far it got (None: not now), ``on_pause`` runs
+        if its slot is given to more urgent work. It is offered as a victim only once this
+        part has made progress of its own — a quantum past ``tokens`` — so a part that has
+        just resumed, and paid its re-read of the prompt, is not paused again at once. The
+        output tokens past which it becomes a candidate (``passed_quantum`` is then to be
+        told, once)."""
         assert self.grant is not None
-        self._s.dispatcher.watch(self.grant, Watch(progress, on_pause))
-        return candidate_after(tokens, self._s.params.quantum_tokens)
+        quantum = self._s.params.quantum_tokens
+
+        def candidate() -> int | None:
+            n = progress()
+            return n if n is not None and is_candidate(n, tokens, quantum) else None
+
+        self._s.dispatcher.watch(self.grant, Watch(candidate, on_pause))
+        return candidate_after(tokens, quantum)
 
     def passed_quantum(self, tokens: int) -> None:
         """Its generation just became a candidate for a pause: say so now, not at the next heartbeat."""

@@ -38,6 +38,7 @@ class Exchange:
         self.call: BackendCall | None = None  # the current call's span, until it ends
         self.reply: Reply | None = None  # usage and timing of the answer, once known
         self.paused = False  # its slot went to more urgent work: the stream is being closed
+        self.client_tpot_s: float | None = None  # a stream's time per token as its client saw it
         self._closing: asyncio.Task[None] | None = None
 
     @property
@@ -68,7 +69,8 @@ class Exchange:
     def end(self, result: CallResult) -> None:
         """The current call is over (the job has been told): its span ends. Once per call."""
         call, self.call = self.call, None
-        self.ctx.trace.call_done(call, result.tokens, result.ok, result.status, result.tpot_s, self.reply)
+        tpot_s = self.client_tpot_s if self.client_tpot_s is not None else result.tpot_s
+        self.ctx.trace.call_done(call, result.tokens, result.ok, result.status, tpot_s, self.reply)
 
     async def read_refusal(self, job: Job, response: httpx.Response) -> None:
         """The whole body of a non-200 answer to a stream; one that breaks off is a 502
@@ -94,9 +96,10 @@ class Exchange:
         if self.response is not None:
             await self.response.aclose()
         tokens = stats.usage.get("completion_tokens") if stats.usage else None
-        stats.started = self.sent_at
+        stats.part_started = self.sent_at
         self.reply = Reply.from_stream(stats)
-        return CallResult(
+        self.client_tpot_s = stats.client_tpot_s(tokens)
+        return CallResult(  # the backend's view of its last part: what the adaptive limit learns
             stats.error is None, 200, tokens if stats.completed else None, stats.ttft_s, stats.tpot_s(tokens)
         )
 

@@ -222,7 +222,7 @@ class Proxy:
             return
         ctx = ex.ctx
         transcript = Transcript(ex.req.endpoint is Endpoint.CHAT)
-        carried: list[int] = []  # tokens each continuation carried
+        resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:
             if transcript.resumable:  # else a tool call began since its last heartbeat: it runs on
@@ -244,15 +244,15 @@ class Proxy:
                 if transcript.part and stats.usage:
                     raw_prompt = stats.usage.get("prompt_tokens")
                     stats.usage = transcript.summed(stats.usage)
-                    if isinstance(raw_prompt, int):
+                    if isinstance(raw_prompt, int):  # now the prompt's own tokens are known
                         prompt = raw_prompt - transcript.carried
-                        ctx.trace.resumed(job.route.backend.name, sum(prompt + c for c in carried))
+                        for backend, c in resumes:
+                            ctx.trace.reread(backend, prompt + c)
                 return
             ctx.trace.paused(job.grant.backend, transcript.tokens)
             await ex.close_part()
-            stats.error, stats.completed = None, False
             transcript.next_part()
-            carried.append(transcript.carried)
+            stats.new_part(transcript.carried)
             try:
                 try:
                     waiting = await job.pause()  # the continuation queues with the original arrival
@@ -270,7 +270,8 @@ class Proxy:
                 yield sse_event(refused(ctx, job.explain(exc)))
                 return
             assert job.grant is not None and job.route is not None
-            ctx.trace.resumed(job.grant.backend, None)
+            ctx.trace.resumed(job.grant.backend)
+            resumes.append((job.grant.backend, transcript.carried))
             ex.reset()
             body = ex.req.upstream_body(job.route.priority, transcript.carry())
             async for block in self._open_in_stream(job, ex, body):

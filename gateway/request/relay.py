@@ -70,8 +70,10 @@ async def relay_events(
                     block, lone_lf = _take_usage(block, keep_usage, stats)
                     if not block:
                         continue
-                if stats.first_chunk_at is None and _CONTENT.search(block):
-                    stats.first_chunk_at = time.monotonic()
+                if stats.part_first_at is None and _CONTENT.search(block):
+                    stats.part_first_at = time.monotonic()
+                    if stats.first_chunk_at is None:
+                        stats.first_chunk_at = stats.part_first_at
                 stats.events += block.count(b"data:")
                 if b"[DONE]" not in block or (done := _DONE.search(block)) is None:
                     yield block

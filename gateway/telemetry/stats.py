@@ -116,12 +116,11 @@ class WindowStats:
         """Per class over the window: the counts and the latency samples themselves, which
         add up across replicas (``cluster.py`` sums them; percentiles do not add)."""
         now = self._clock()
-        oldest = int(now) - self.window_s + 1
-        since = now - self.window_s
+        oldest = int(now) - self.window_s + 1  # samples and counts: the same whole seconds
         out: dict[str, dict[str, Any]] = {}
         for cls, entry in sorted(self._classes.items()):
             live = [s for s in entry.slots if s.second >= oldest]
-            samples = [s for s in entry.samples if s.at >= since]
+            samples = [s for s in entry.samples if s.at >= oldest]
             out[cls] = {
                 "requests": sum(s.requests for s in live),
                 "errors": sum(s.errors for s in live),

@@ -199,12 +199,14 @@ class RequestTrace:
             self.span.add_event(sc.EV_PAUSED, {sc.BACKEND: backend, sc.OUTPUT_TOKENS: tokens})
             self.span.set_attribute(sc.PAUSES, self.pauses)
 
-    def resumed(self, backend: str, prompt_tokens: int | None) -> None:
-        """It runs again; the backend re-read ``prompt_tokens`` (prompt plus text so far)."""
-        if prompt_tokens:
-            self._t.instruments.resume_prefill.add(prompt_tokens, (backend,))
+    def resumed(self, backend: str) -> None:
+        """It runs again, on ``backend``."""
         if self.span.is_recording():
             self.span.add_event(sc.EV_RESUMED, {sc.BACKEND: backend})
+
+    def reread(self, backend: str, prompt_tokens: int) -> None:
+        """A continuation made ``backend`` re-read ``prompt_tokens`` (prompt plus text so far)."""
+        self._t.instruments.resume_prefill.add(prompt_tokens, (backend,))
 
     def overloaded(self, backend: str, status: int, cool_s: float) -> None:
         """``backend`` refused it as overloaded (it cools down ``cool_s``): queued again."""

@@ -332,8 +332,19 @@ async def test_a_paused_job_queues_a_continuation_that_keeps_its_arrival(make) -
     assert resumed.backend == "a" and resumed.ticket == ticket.id
     assert not later_wait.done() and await later.position() == 1
     assert await s.busy("a") == 1  # the paused part's slot was not given back twice
+    # the resumed part has paid its re-read: it is offered as a victim again only once it
+    # has made a quantum of progress of its own, however far the request got before (then
+    # ``later``, queued in its tier within the starvation bound, may take its slot)
+    tokens, paused_again = [500], asyncio.Event()
+    assert long.watch(lambda: tokens[0], paused_again.set, tokens=500) == 564
+    await s.dispatcher.heartbeat(POOL)
+    assert await s.redis.hget(s.keys.progress, resumed.ticket) is None
+    assert not paused_again.is_set() and not later_wait.done()
+    tokens[0] = 565
+    await s.dispatcher.heartbeat(POOL)
+    assert paused_again.is_set() and (await later_wait).backend == "a"
+    later.finish(OK, None)
     long.finish(OK, None)
-    assert (await later_wait).backend == "a"
 
 
 # -- ending ----------------------------------------------------------------------------

@@ -131,3 +131,30 @@ def test_no_module_is_over_the_line_limit() -> None:
 def test_the_gateways_top_level_holds_only_what_a_newcomer_opens_first() -> None:
     top = sorted(p.name for p in (ROOT / "gateway").glob("*.py") if p.name != "__init__.py")
     assert len(top) <= 10, top
+
+
+UNIT_TESTS_EXCLUDE = ("e2e", "engines", "robustness")  # whole servers and real engines, not unit tests
+
+
+def test_every_product_module_is_imported_by_a_unit_test() -> None:
+    """Each module has a test of its own outside the end-to-end folders: imports read with
+    ``ast`` (inside functions too), and ``import_module``/``run_module`` of a literal name."""
+    imported: set[str] = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        if path.relative_to(ROOT / "tests").parts[0] in UNIT_TESTS_EXCLUDE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "run_module")):
+                imported.add(str(node.args[0].value))
+    missing = [
+        name for name, path in sorted(modules().items())
+        if name not in imported
+        and not (path.name == "__init__.py" and any(i.startswith(name + ".") for i in imported))
+    ]
+    assert missing == []

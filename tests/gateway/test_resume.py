@@ -41,6 +41,11 @@ def request(endpoint: Endpoint, **body: object) -> object:
         (Endpoint.COMPLETIONS, {"echo": True}, False),
         (Endpoint.COMPLETIONS, {"suffix": "end"}, False),
         (Endpoint.COMPLETIONS, {"best_of": 3}, False),
+        (Endpoint.CHAT, {"response_format": {"type": "text"}}, True),
+        (Endpoint.CHAT, {"response_format": {"type": "json_object"}}, False),  # a grammar would restart
+        (Endpoint.CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, False),
+        (Endpoint.COMPLETIONS, {"guided_regex": "[a-z]+"}, False),
+        (Endpoint.CHAT, {"structured_outputs": {"choice": ["a", "b"]}}, False),
     ],
 )
 def test_what_may_be_paused(endpoint: Endpoint, body: dict, expected: bool) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,19 @@ from loadtests.engines.vllm import (
     vllm_version,
 )
 from tests.support import running_app
+
+# pytest-timeout counts fixture set-up against the first test that needs it: here that is
+# building the model and starting vLLM (one to three minutes on a busy 2-core machine, and
+# itself bounded by the launcher's start timeout), on top of the test's own calls.
+ENGINE_TEST_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.timeout(ENGINE_TEST_TIMEOUT_S))
+
 
 MAX_NUM_SEQS = 4
 MAX_IN_ENGINE = 6  # --max-num-queued-reqs: running + waiting

@@ -179,8 +179,8 @@ async def start_gateway(
     configs = backend_configs(settings)
     scripts = Scripts(redis, timing(settings))
     dispatcher = Dispatcher(
-        redis, listen, scripts, settings.key_prefix, owner, {c.pool for c in configs},
-        QueueLimits(settings.max_queue, settings.max_tenant_queue), settings.heartbeat_s,
+        redis, listen, scripts, prefix=settings.key_prefix, owner=owner, pools={c.pool for c in configs},
+        limits=QueueLimits(settings.max_queue, settings.max_tenant_queue), heartbeat_s=settings.heartbeat_s,
     )
     registry = BackendRegistry(
         configs, HttpProbe(client), dispatcher, probe_interval_s=settings.probe_interval_s,

@@ -69,6 +69,7 @@ class Dispatcher:
         redis: Redis,
         listen_redis: Redis,
         scripts: Scripts,
+        *,
         prefix: str,
         owner: str,
         pools: Iterable[str],

@@ -43,10 +43,8 @@ def test_the_table_has_a_line_per_row_and_ratios_against_the_baseline() -> None:
     assert len(table(rows[1::2], None).splitlines()) == 4  # no baseline: no ratio table
 
 
-async def test_one_row_is_measured_on_a_fresh_pool_that_is_deleted_after(
-    embedded_redis_url: str, redis: Redis
-) -> None:
-    row = await measure(embedded_redis_url, backends=3, queued=10, seconds=0.1, concurrency=2)
+async def test_one_row_is_measured_on_a_fresh_pool_that_is_deleted_after(redis_url: str, redis: Redis) -> None:
+    row = await measure(redis_url, backends=3, queued=10, seconds=0.1, concurrency=2)
     assert (row.version, row.backends, row.queued) == ("current", 3, 10)
     assert row.requests > 0 and row.seconds > 0
     assert row.scheduled_per_s > 0 and row.achieved_per_s > 0 and row.redis_cpu_us_per_request > 0

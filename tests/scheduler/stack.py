@@ -126,8 +126,8 @@ async def running_stack(
     configs = list(configs)
     scripts = Scripts(redis, timing or Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
     dispatcher = Dispatcher(
-        redis, listen, scripts, prefix, f"r{uuid.uuid4().hex[:8]}", {c.pool for c in configs} or {POOL},
-        QueueLimits(), heartbeat_s=0.5,
+        redis, listen, scripts, prefix=prefix, owner=f"r{uuid.uuid4().hex[:8]}",
+        pools={c.pool for c in configs} or {POOL}, limits=QueueLimits(), heartbeat_s=0.5,
     )
     probe = probe or ScriptedProbe()  # how the backends answer the first probe round
     registry = BackendRegistry(

@@ -39,7 +39,8 @@ async def test_scripts_and_a_pushed_grant_on_a_cluster(cluster: Cluster, prefix:
         redis = redis_client.command_client(cluster.url, "t")
         listen = redis_client.listener_client(cluster.url, "t-inbox")
         scripts = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
-        d = Dispatcher(redis, listen, scripts, prefix, uuid.uuid4().hex[:8], ["m"], QueueLimits(), 0.2)
+        d = Dispatcher(redis, listen, scripts, prefix=prefix, owner=uuid.uuid4().hex[:8], pools=["m"],
+                       limits=QueueLimits(), heartbeat_s=0.2)
         made.append((d, redis, listen))
         return d
 

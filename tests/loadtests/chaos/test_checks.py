@@ -39,9 +39,9 @@ def test_the_replica_config_asks_for_the_key_limits_and_deadlines_of_a_chaos_run
 
 
 async def test_leftovers_counts_queued_tickets_and_leases_until_they_are_released(
-    redis: Redis, chaos_sim: str, prefix: str, embedded_redis_url: str
+    redis: Redis, chaos_sim: str, prefix: str, redis_url: str
 ) -> None:
-    target = Target("127.0.0.1", 1, embedded_redis_url, prefix, chaos_sim, KEY)
+    target = Target("127.0.0.1", 1, redis_url, prefix, chaos_sim, KEY)  # the server the scripts write to
     keys = PoolKeys(prefix, target.pool)
     scripts = Scripts(redis, Timing(lease_ttl_s=60, owner_ttl_s=60, max_scan=16))
     assert await leftovers(target) == Leftovers(0, 0, 0)

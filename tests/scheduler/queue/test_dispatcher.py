@@ -35,7 +35,8 @@ async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., D
     ) -> Dispatcher:
         redis, listen = Redis.from_url(any_redis_url), Redis.from_url(any_redis_url)
         scripts = Scripts(redis, Timing(lease_ttl_s=lease_ttl, owner_ttl_s=max(1.0, 3 * hb), max_scan=64))
-        d = Dispatcher(redis, listen, scripts, prefix, uuid.uuid4().hex[:8], [POOL], limits or QueueLimits(), hb)
+        d = Dispatcher(redis, listen, scripts, prefix=prefix, owner=uuid.uuid4().hex[:8], pools=[POOL],
+                       limits=limits or QueueLimits(), heartbeat_s=hb)
         made.append((d, redis, listen))
         return d
 

@@ -75,7 +75,8 @@ async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[[], Di
     def build() -> Dispatcher:
         redis, listen = Redis.from_url(any_redis_url), Redis.from_url(any_redis_url)
         scripts = Scripts(redis, Timing(lease_ttl_s=0.5, owner_ttl_s=0.5, max_scan=64))
-        d = Dispatcher(redis, listen, scripts, prefix, uuid.uuid4().hex[:8], [POOL], QueueLimits(), 0.1)
+        d = Dispatcher(redis, listen, scripts, prefix=prefix, owner=uuid.uuid4().hex[:8], pools=[POOL],
+                       limits=QueueLimits(), heartbeat_s=0.1)
         made.append((d, redis, listen))
         return d
 

@@ -106,7 +106,8 @@ async def test_flooding_tenant_does_not_crowd_out_another(any_redis_url: str, pr
     redis, listen = Redis.from_url(any_redis_url), Redis.from_url(any_redis_url)
     params = PolicyParams()
     d = Dispatcher(
-        redis, listen, Scripts(redis, Timing(30.0, 30.0, 64)), prefix, ME, ["p"], QueueLimits(), 1.0
+        redis, listen, Scripts(redis, Timing(30.0, 30.0, 64)), prefix=prefix, owner=ME, pools=["p"],
+        limits=QueueLimits(), heartbeat_s=1.0,
     )
     await d.start()
     await d.publish_backend("p", BackendRecord("b", 2, models=("m",)))
@@ -141,7 +142,8 @@ async def test_full_queue_sheds_the_least_urgent(any_redis_url: str, prefix: str
     redis, listen = Redis.from_url(any_redis_url), Redis.from_url(any_redis_url)
     params = PolicyParams()
     d = Dispatcher(
-        redis, listen, Scripts(redis, Timing(30.0, 30.0, 64)), prefix, ME, ["p"], QueueLimits(max_queue=2), 1.0
+        redis, listen, Scripts(redis, Timing(30.0, 30.0, 64)), prefix=prefix, owner=ME, pools=["p"],
+        limits=QueueLimits(max_queue=2), heartbeat_s=1.0,
     )
     await d.start()
     await d.publish_backend("p", BackendRecord("b", 1, models=("m",)))

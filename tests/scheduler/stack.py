@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+import pytest
 from redis.asyncio import Redis
 
 from scheduler.backends.backend import BackendConfig, MetricsNotServed, ModelList
@@ -155,3 +156,16 @@ async def running_stack(
             await quota_store.stop()
         await listen.aclose()
         await redis.aclose()
+
+
+@pytest.fixture(name="make")
+async def make_stack(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
+    """``make(*backend configs, **running_stack options)``: stacks that stop with the test."""
+    async with contextlib.AsyncExitStack() as stacks:
+
+        async def build(*configs: object, **kw: object) -> Stack:
+            return await stacks.enter_async_context(
+                running_stack(any_redis_url, prefix, configs or (backend("a"),), **kw)  # type: ignore[arg-type]
+            )
+
+        yield build

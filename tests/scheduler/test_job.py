@@ -5,9 +5,7 @@ each part ended once, the request settled once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -21,22 +19,21 @@ from scheduler.predictor.prior import PriorPredictor
 from scheduler.queue.keys import QuotaKeys
 from scheduler.queue.scripts import Timing
 from scheduler.types import CallResult, Grant, PredictInput
-from tests.scheduler.stack import POOL, TENANT, ScriptedProbe, Stack, ask, backend, request, running_stack
+from tests.scheduler.stack import (
+    POOL,
+    TENANT,
+    ScriptedProbe,
+    Stack,
+    ask,
+    backend,
+    make_stack,  # noqa: F401 - the `make` fixture
+    request,
+)
 from tests.support import eventually
 
 OK = CallResult(True, tokens=5)
 
 
-@pytest.fixture
-async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
-    async with contextlib.AsyncExitStack() as stacks:
-
-        async def build(*configs: object, **kw: object) -> Stack:
-            return await stacks.enter_async_context(
-                running_stack(any_redis_url, prefix, configs or (backend("a"),), **kw)  # type: ignore[arg-type]
-            )
-
-        yield build
 
 
 async def admitted(s: Stack, inp: PredictInput | None = None, **req: object) -> Job:

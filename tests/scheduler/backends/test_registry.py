@@ -5,8 +5,6 @@ health, models, limit and engine, and what it publishes into the pool's Redis ke
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -14,20 +12,17 @@ from scheduler.backends.backend import BackendState
 from scheduler.backends.breaker import Health
 from scheduler.queue import readback, records
 from scheduler.types import CallResult
-from tests.scheduler.stack import MODEL, POOL, ScriptedProbe, Stack, ask, backend, request, running_stack
+from tests.scheduler.stack import (
+    MODEL,
+    POOL,
+    ScriptedProbe,
+    Stack,
+    ask,
+    backend,
+    make_stack,  # noqa: F401 - the `make` fixture
+    request,
+)
 from tests.support import eventually
-
-
-@pytest.fixture
-async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
-    async with contextlib.AsyncExitStack() as stacks:
-
-        async def build(*configs: object, **kw: object) -> Stack:
-            return await stacks.enter_async_context(
-                running_stack(any_redis_url, prefix, configs or (backend("a"),), **kw)  # type: ignore[arg-type]
-            )
-
-        yield build
 
 
 async def published(s: Stack, name: str) -> records.BackendState:

@@ -18,8 +18,8 @@ from gateway.settings import ConfigError, load_settings
 def serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gateway.server.reload import ConfigSource
     from gateway.serve import run
+    from gateway.server.reload import ConfigSource
 
     flags = {"host": args.host, "port": args.port, "policy": args.policy, "workers": args.workers}
     path = Path(args.config) if args.config else None

@@ -75,8 +75,17 @@ async def engine_metric(vllm: VllmServer, name: str, **labels: str) -> float:
 async def on_engine(condition: Callable[[], Awaitable[bool]], within_s: float) -> None:
     """``eventually`` for a condition read from vLLM's ``/metrics``: each read costs its API
     server (the process that also streams every token) a page render, so it is read ten
-    times a second, not a hundred."""
-    await eventually(condition, within_s=within_s, every_s=0.1)
+    times a second, not a hundred. A read that fails (the API server, busy with a burst of
+    new requests, once took over 10 s to accept a connection on a 2-core machine) tells
+    nothing of the state: it is read again, within the same bound."""
+
+    async def read() -> bool:
+        try:
+            return await condition()
+        except httpx.TransportError:
+            return False
+
+    await eventually(read, within_s=within_s, every_s=0.1)
 
 
 async def engine_idle(vllm: VllmServer) -> bool:

@@ -83,7 +83,6 @@ class Dispatcher:
         self.owner = owner
         self._keys = {p: PoolKeys(prefix, p) for p in pools}
         self._limits = limits
-        self._heartbeat_s = heartbeat_s
         self._waiters: dict[str, _Waiter] = {}
         self._held: dict[str, dict[str, str]] = {p: {} for p in self._keys}  # pool -> lease -> record
         self.quiet: dict[str, bool] = {p: False for p in self._keys}  # no open work expected

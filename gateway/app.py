@@ -122,6 +122,8 @@ def timing(settings: Settings) -> Timing:
         settings.lease_ttl_s, owner_ttl_s=3 * settings.heartbeat_s, max_scan=64,
         max_slack_s=settings.max_slack_s, preempt=settings.preempt, quantum_tokens=settings.quantum_tokens,
         max_pauses=settings.max_pauses, preempt_after_s=settings.preempt_after_ms / 1000,
+        pause_ratio=settings.pause_ratio, pause_backlog=settings.pause_backlog, pause_budget=settings.pause_budget,
+        pause_window_s=settings.pause_window_s,
     )
 
 

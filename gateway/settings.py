@@ -141,11 +141,16 @@ class Settings(BaseSettings):
     quiet_after_s: float = Field(default=10.0, ge=0)
 
     # pause and resume: a short request that finds every slot taken pauses the running
-    # generation that has run longest past quantum_tokens (on a backend with `resume`)
+    # generation that has run longest past quantum_tokens (on a backend with `resume`),
+    # only where the pause pays (scheduler/policy/preemption.py says the rule)
     preempt: bool = True  # only backends with `resume` set are ever paused
     quantum_tokens: int = Field(default=64, ge=1)
     max_pauses: int = Field(default=2, ge=1)  # per request
     preempt_after_ms: float = Field(default=0.0, ge=0)  # how long the short request waits first
+    pause_ratio: float = Field(default=2.0, ge=0)  # victim's expected remaining output / the urgent one's
+    pause_backlog: float = Field(default=1.0, ge=0)  # queued per slot past which nothing is paused
+    pause_budget: float = Field(default=0.1, ge=0, le=1)  # share of a backend's time re-reads may take
+    pause_window_s: float = Field(default=30.0, gt=0)  # the budget holds at most pause_budget * this
 
     # output-length prediction
     # learned: the online lexical model; prior: hints and caps only; finetuned: the learned

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from scheduler.policy import backoff, order
 from scheduler.policy.classify import Classifier
 from scheduler.policy.hints import HintTrust
 from scheduler.policy.preemption import candidate_after, is_candidate
-from scheduler.policy.quota import QuotaLimits, reserve_tokens
+from scheduler.policy.quota import CHARS_PER_TOKEN, QuotaLimits, reserve_tokens
 from scheduler.queue.dispatcher import Dispatcher, Watch
 from scheduler.quotas import Hold, Quotas
 from scheduler.types import CallResult, Grant, Placement, PredictInput, RateLimits, ResumeMode, Ticket
@@ -111,6 +112,7 @@ class Job:
         self._part_over = True  # the current grant's part has ended (or there is none)
         self._retried = False  # the current round of calls has used its one retry
         self._finished = False
+        self.pause_reason = ""  # why its last pause was taken (wait=<s>,cost=<s>)
 
     # -- what it is --------------------------------------------------------------------
     @property
@@ -256,7 +258,12 @@ class Job:
             n = progress()
             return n if n is not None and is_candidate(n, tokens, quantum) else None
 
-        self._s.dispatcher.watch(self.grant, Watch(candidate, on_pause))
+        def paused(reason: str) -> None:
+            self.pause_reason = reason
+            on_pause()
+
+        prompt = math.ceil(self.inp.prompt_chars / CHARS_PER_TOKEN)
+        self._s.dispatcher.watch(self.grant, Watch(candidate, paused, prompt))
         return candidate_after(tokens, quantum)
 
     def passed_quantum(self, tokens: int) -> None:

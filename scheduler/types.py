@@ -183,6 +183,17 @@ class ResumeMode(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeCost:
+    """What resuming a paused generation costs one backend, as its engine shows it (the
+    registry reads it from the engine's metrics; the defaults where it shows nothing)."""
+
+    tpot_s: float = 0.05  # one output token of one stream
+    prefill_s: float = 0.0025  # one prompt token the engine computes (not found in its cache)
+    hit: float = 0.0  # share of a resume's full cache blocks its prefix cache is expected to hold
+    block: int = 16  # tokens per cache block
+
+
+@dataclass(frozen=True, slots=True)
 class BackendRecord:
     """What the pool's Redis keys hold about one backend."""
 
@@ -195,6 +206,7 @@ class BackendRecord:
     long_cap: int | None = None  # slots restricted (long/batch) work may hold; None: all
     borrow: int = 0  # extra slots restricted work may borrow while open work is quiet
     resume: bool = False  # it can resume a paused generation (continue_final_message)
+    cost: ResumeCost = ResumeCost()  # what a resume costs it
 
     def __post_init__(self) -> None:
         if self.long_cap is None:

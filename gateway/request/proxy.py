@@ -249,7 +249,7 @@ class Proxy:
                         for backend, c in resumes:
                             ctx.trace.reread(backend, prompt + c)
                 return
-            ctx.trace.paused(job.grant.backend, transcript.tokens)
+            ctx.trace.paused(job.grant.backend, transcript.tokens, job.pause_reason)
             await ex.close_part()
             transcript.next_part()
             stats.new_part(transcript.carried)

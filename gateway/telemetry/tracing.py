@@ -191,12 +191,13 @@ class RequestTrace:
             self.span.set_attributes({sc.BACKEND: grant.backend, sc.QUEUE_MS: round(grant.queued_s * 1000, 3)})
             self.span.add_event(sc.EV_DISPATCHED, {sc.BACKEND: grant.backend})
 
-    def paused(self, backend: str, tokens: int) -> None:
-        """Its generation was paused for more urgent work after ``tokens`` output tokens."""
+    def paused(self, backend: str, tokens: int, reason: str = "") -> None:
+        """Its generation was paused for more urgent work after ``tokens`` output tokens;
+        ``reason``: what the scheduler expected the pause to gain and cost."""
         self.pauses += 1
         self._t.instruments.pauses.add(1, (backend, self.cls or ""))
         if self.span.is_recording():
-            self.span.add_event(sc.EV_PAUSED, {sc.BACKEND: backend, sc.OUTPUT_TOKENS: tokens})
+            self.span.add_event(sc.EV_PAUSED, {sc.BACKEND: backend, sc.OUTPUT_TOKENS: tokens, sc.PAUSE_REASON: reason})
             self.span.set_attribute(sc.PAUSES, self.pauses)
 
     def resumed(self, backend: str) -> None:

@@ -4,6 +4,7 @@ live state (limit, breaker, speed, cool-down). ``registry.py`` does the keeping.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any, Protocol
 
 from scheduler.backends import engines
 from scheduler.backends.breaker import Breaker, Health
+from scheduler.backends.engine_costs import CostMeter
 from scheduler.policy.limits import AdaptiveLimit, LimitParams
 from scheduler.policy.reservation import Reservation
 from scheduler.types import BackendRecord, ResumeMode
@@ -77,6 +79,7 @@ class BackendState:
     tpot: deque[float] = field(default_factory=lambda: deque(maxlen=200))
     has_metrics: bool | None = None  # None: not tried yet
     profile: engines.EngineProfile = engines.NEUTRAL
+    costs: CostMeter = field(default_factory=CostMeter)  # what a resume costs it
     engine_source: str = "default"  # configured, or what it was detected from (metrics, owned_by, ...)
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # model id -> its /v1/models card
     cool_until: float = 0.0  # (monotonic) it answered 429/503: no grants before this
@@ -110,4 +113,5 @@ class BackendState:
             weight=self.config.weight, speed=self.speed * limit,
             long_cap=self.reservation.long_cap(limit), borrow=self.reservation.borrow(limit),
             resume=self.config.resume is not ResumeMode.NONE,
+            cost=self.costs.cost(statistics.median(self.tpot) if self.tpot else None),
         )

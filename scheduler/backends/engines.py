@@ -30,6 +30,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scheduler.backends.engine_costs import VLLM_COSTS, CostNames
+
 
 class Engine(enum.StrEnum):
     VLLM = "vllm"
@@ -53,6 +55,7 @@ class EngineProfile:
     metric_prefixes: tuple[str, ...] = ()  # a metric name with one of these names the engine
     owned_by: tuple[str, ...] = ()  # /v1/models owned_by values that name the engine
     server: tuple[str, ...] = ()  # `server` header prefixes (lower case) that name the engine
+    costs: CostNames | None = None  # the counters that tell what a resume costs it
 
     @property
     def name(self) -> str:
@@ -70,6 +73,7 @@ VLLM = EngineProfile(
     metric_prefixes=("vllm:",),
     owned_by=("vllm",),
     server=("vllm",),
+    costs=VLLM_COSTS,
 )
 SGLANG = EngineProfile(
     Engine.SGLANG,

@@ -285,6 +285,7 @@ class BackendRegistry:
                 log.info("backend %s is %s (from its %s)", backend.name, found[0].value, found[1])
                 if metrics is not None:
                     backend.limiter.on_engine(engine_metrics.parse(metrics, backend.profile))
+                    backend.costs.observe(metrics)
         self._record(backend, ok)
         backend.limiter.tick()
         await self.publish(backend)
@@ -298,6 +299,7 @@ class BackendRegistry:
         if text is not None:
             backend.has_metrics = True
             backend.limiter.on_engine(engine_metrics.parse(text, backend.profile))
+            backend.costs.observe(text)
         return text
 
     def _record(self, backend: BackendState, ok: bool) -> None:
@@ -353,6 +355,7 @@ class BackendRegistry:
 def _apply_profile(b: BackendState, engine: engines.Engine, source: str) -> None:
     """Run ``b`` by ``engine``'s profile; its starting limit only where none was configured."""
     b.profile, b.engine_source = engines.profile(engine), source
+    b.costs.names = b.profile.costs
     start = b.profile.max_concurrency
     if start is not None and not b.config.concurrency_set:
         p = b.limiter.params

@@ -28,7 +28,7 @@ from scheduler.errors import DeadlineExceeded, QueueFull, SchedulerUnavailable, 
 from scheduler.queue.drain_rate import DrainRate
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.readback import backend_states
-from scheduler.queue.records import GrantMessage, pack_lease, parse_message
+from scheduler.queue.records import GrantMessage, PauseMessage, pack_lease, pack_progress, parse_message
 from scheduler.queue.scripts import Scripts
 from scheduler.types import BackendRecord, Grant, Message, MessageKind, Ticket
 
@@ -46,7 +46,8 @@ class Watch:
     """A running lease that may be paused: how far it got, and what to do when it is."""
 
     progress: Callable[[], int | None]  # output tokens so far; None: not preemptible now
-    on_pause: Callable[[], None]  # its slot went to a more urgent ticket
+    on_pause: Callable[[str], None]  # its slot went to a more urgent ticket (why: wait=..,cost=..)
+    prompt: int = 0  # its prompt's tokens (what a resume re-reads besides the output)
 
 
 @dataclass(slots=True)
@@ -196,14 +197,14 @@ class Dispatcher:
         a candidate: past its quantum). One field of one hash; a report that lands after
         the release is dropped by the next dispatch that meets it."""
 
-        async def report() -> None:
+        async def report(packed: str) -> None:
             try:
-                await self._redis.hset(self._keys[grant.pool].progress, grant.ticket, tokens)
+                await self._redis.hset(self._keys[grant.pool].progress, grant.ticket, packed)
             except RedisError as exc:
                 log.warning("progress of %s: %s", grant.ticket, exc)
 
-        if grant.ticket in self._watched:
-            self._spawn(report())
+        if (watched := self._watched.get(grant.ticket)) is not None:
+            self._spawn(report(pack_progress(tokens, watched.prompt)))
 
     async def publish_backend(self, pool: str, backend: BackendRecord) -> None:
         """Register or update a backend in Redis; freed capacity is granted at once."""
@@ -274,7 +275,7 @@ class Dispatcher:
                 self._held[pool].pop(msg.ticket, None)
                 watched = self._watched.pop(msg.ticket, None)
                 if watched is not None:
-                    watched.on_pause()
+                    watched.on_pause(msg.reason if isinstance(msg, PauseMessage) else "")
                 continue
             if msg.kind is MessageKind.LOST:
                 lost = self._waiters.get(msg.ticket)
@@ -361,7 +362,9 @@ class Dispatcher:
         keys = self._keys[pool]
         sent = dict(self._held[pool])
         waiting = [t for t, w in self._waiters.items() if w.pool == pool]
-        progress = {lease: n for lease in sent if (w := self._watched.get(lease)) and (n := w.progress()) is not None}
+        progress = {
+            lease: (n, w.prompt) for lease in sent if (w := self._watched.get(lease)) and (n := w.progress()) is not None
+        }
         epoch, granted, messages = await self._scripts.heartbeat(
             keys, self.owner, sent, self.quiet[pool], waiting, progress
         )

@@ -17,7 +17,10 @@ key                                    type    meaning                          
 ``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
 ``P:lease``                            hash    lease id -> packed lease (see records.py)         scripts
 ``P:owners``                           zset    replica id -> heartbeat expiry                    scripts
-``P:progress``                         hash    lease id -> output tokens so far (may be paused)  replicas
+``P:progress``                         hash    lease id -> output and prompt tokens (may be      replicas
+                                               paused; see records.py)
+``P:costs``                            hash    backend -> what a resume costs it (records.py)    replicas
+``P:budget``                           hash    backend -> re-read budget left, when (records.py) scripts
 ``P:owned:<owner>``                    set     lease ids granted to one replica                  scripts
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
 ``P:tenant:vfinish``                   hash    tenant -> virtual finish time (fair queuing)      scripts
@@ -89,6 +92,8 @@ class PoolKeys:
     lease = _Key("lease")
     owners = _Key("owners")
     progress = _Key("progress")
+    costs = _Key("costs")
+    budget = _Key("budget")
     tenant_vfinish = _Key("tenant:vfinish")
     tenant_queued = _Key("tenant:queued")
     stats = _Key("stats")

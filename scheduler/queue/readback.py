@@ -9,7 +9,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.records import BackendSlots, parse_backend, parse_reach
+from scheduler.queue.records import BackendSlots, parse_backend, parse_progress, parse_reach
 
 
 async def backend_states(redis: Redis, keys: PoolKeys) -> dict[str, BackendSlots]:
@@ -27,3 +27,8 @@ async def busy(redis: Redis, keys: PoolKeys, backend: str) -> int:
 async def reach(redis: Redis, keys: PoolKeys, owner: str) -> set[str]:
     """The backends one replica registered (and may be granted)."""
     return parse_reach(await redis.hget(keys.reach, owner))
+
+
+async def progress(redis: Redis, keys: PoolKeys) -> dict[str, tuple[int, int]]:
+    """lease -> (output tokens so far, prompt tokens), for the leases that may be paused."""
+    return {k.decode(): parse_progress(v) for k, v in (await redis.hgetall(keys.progress)).items()}

@@ -24,7 +24,13 @@ grant message           G | ticket | lease record     (the lease as the script w
                         owner keeps it whole, to write it back should Redis lose it)
 eviction message        E | ticket | reason               (reason: deadline, shed)
 lost message            L | ticket | lost                 (waited for, but no longer queued)
-pause message           P | lease | backend               (its slot went to a more urgent ticket)
+pause message           P | lease | backend | reason      (its slot went to a more urgent ticket;
+                        reason: ``wait=<s>,cost=<s>``, what the pause gained and cost)
+progress (``P:progress``) attained | prompt               (output tokens so far; the prompt's
+                        tokens, as the owner estimated them)
+resume cost (``P:costs``) tpot | prefill | hit | block     (types.ResumeCost: seconds per output
+                        token, per prompt token computed; expected cache hit share; block size)
+budget (``P:budget``)   level | since                     (re-read seconds left; Redis time)
 ======================  ==================================================================
 """
 
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.types import Lease, Message, MessageKind
+from scheduler.types import Lease, Message, MessageKind, ResumeCost
 
 SEP = "|"
 
@@ -149,9 +155,18 @@ def grant_message(ticket: str, lease: Lease) -> GrantMessage:
     return GrantMessage(MessageKind.GRANT, ticket, lease.backend, lease.borrowed, lease=lease)
 
 
+@dataclass(frozen=True, slots=True)
+class PauseMessage(Message):
+    """A pause, with why it was taken (``wait=<s>,cost=<s>``)."""
+
+    reason: str = field(default="", kw_only=True)
+
+
 def pack_message(msg: Message) -> str:
     if isinstance(msg, GrantMessage):
         return SEP.join((msg.kind.value, msg.ticket, pack_lease(msg.lease)))
+    if isinstance(msg, PauseMessage):
+        return SEP.join((msg.kind.value, msg.ticket, msg.detail, msg.reason))
     if msg.kind is MessageKind.GRANT:
         raise ValueError("a grant message carries its lease: build it with grant_message()")
     return SEP.join((msg.kind.value, msg.ticket, msg.detail))
@@ -161,4 +176,36 @@ def parse_message(raw: bytes | str) -> Message:
     kind, ticket, detail = _text(raw).split(SEP, 2)
     if kind == MessageKind.GRANT:
         return grant_message(ticket, parse_lease(detail))
+    if kind == MessageKind.PAUSE:
+        backend, _, reason = detail.partition(SEP)
+        return PauseMessage(MessageKind.PAUSE, ticket, backend, reason=reason)
     return Message(MessageKind(kind), ticket, detail)
+
+
+def pack_progress(attained: int, prompt: int) -> str:
+    return f"{attained}{SEP}{prompt}"
+
+
+def parse_progress(raw: bytes | str) -> tuple[int, int]:
+    """attained, prompt (a bare count, as older replicas wrote it: prompt 0)."""
+    f = _text(raw).split(SEP) + ["0"]
+    return int(float(f[0] or 0)), int(float(f[1] or 0))
+
+
+def pack_cost(c: ResumeCost) -> str:
+    return SEP.join((_num(c.tpot_s), _num(c.prefill_s), _num(c.hit), str(c.block)))
+
+
+def parse_cost(raw: bytes | str | None) -> ResumeCost:
+    if not raw:
+        return ResumeCost()
+    f = _text(raw).split(SEP)
+    return ResumeCost(float(f[0]), float(f[1]), float(f[2]), int(float(f[3])))
+
+
+def parse_budget(raw: bytes | str | None) -> tuple[float, float] | None:
+    """Re-read seconds left and when (Redis time); None: never spent."""
+    if not raw:
+        return None
+    level, since = _text(raw).split(SEP)
+    return float(level), float(since)

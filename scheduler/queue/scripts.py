@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import ApiKeyKeys, PoolKeys, QuotaKeys, StatsKeys
-from scheduler.queue.records import parse_message
+from scheduler.queue.records import pack_cost, pack_progress, parse_message
 from scheduler.types import BackendRecord, Message, Ticket
 
 LIBRARY = ("_common.lua", "_slots.lua", "_owners.lua", "_dispatch.lua")  # prepended, in this order
@@ -46,6 +46,11 @@ class Timing:
     quantum_tokens: int = 64  # output tokens a lease runs before it may be paused
     max_pauses: int = 2  # per request
     preempt_after_s: float = 0.0  # how long the urgent ticket waits first
+    # when a pause pays (policy/preemption.PauseRule)
+    pause_ratio: float = 2.0  # the victim's expected remaining output over the urgent one's
+    pause_backlog: float = 1.0  # queued tickets per slot past which nothing is paused
+    pause_budget: float = 0.1  # share of a backend's time its re-reads may take
+    pause_window_s: float = 30.0  # the budget holds at most pause_budget * pause_window_s seconds
 
 
 class Scripts:
@@ -68,7 +73,7 @@ class Scripts:
         t = self._timing
         return [
             me, t.lease_ttl_s, t.owner_ttl_s, t.max_scan, 1 if t.preempt else 0, t.quantum_tokens, t.max_pauses,
-            t.preempt_after_s, t.max_slack_s,
+            t.preempt_after_s, t.max_slack_s, t.pause_ratio, t.pause_backlog, t.pause_budget, t.pause_window_s,
         ]
 
     async def enqueue(
@@ -95,16 +100,18 @@ class Scripts:
 
     async def heartbeat(
         self, keys: PoolKeys, me: str, leases: dict[str, str], quiet: bool = False, waiting: Iterable[str] = (),
-        progress: Mapping[str, int] | None = None,
+        progress: Mapping[str, tuple[int, int]] | None = None,
     ) -> tuple[str, int, list[Message]]:
         """``leases``: lease id -> lease record. ``quiet``: no open (short) work expected.
         ``waiting``: the tickets this replica waits for (a lost one is reported).
-        ``progress``: lease id -> output tokens so far, for the leases that may be paused.
+        ``progress``: lease id -> (output tokens so far, prompt tokens), for the leases
+        that may be paused.
         Returns this Redis's epoch, the pool's grant counter and the messages for me."""
         progress = progress or {}
         args = [*self._common(me), 1 if quiet else 0, len(leases)]
         for lease, record in leases.items():
-            args += [lease, record, progress.get(lease, -1)]
+            p = progress.get(lease)
+            args += [lease, record, pack_progress(*p) if p is not None else -1]
         args += list(waiting)
         raw = await self._heartbeat(keys=[keys.base], args=args)
         epoch = raw[0].decode() if isinstance(raw[0], bytes) else str(raw[0])
@@ -114,7 +121,7 @@ class Scripts:
         b = backend
         args = self._common(me) + [
             b.name, b.limit, 1 if b.down else 0, b.weight, b.speed, b.long_cap, b.borrow, 1 if b.resume else 0,
-            *b.models,
+            pack_cost(b.cost), *b.models,
         ]
         raw = await self._backend(keys=[keys.base], args=args)
         return [parse_message(m) for m in raw]

@@ -5,6 +5,7 @@ each part ended once, the request settled once."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from scheduler.policy.quota import QuotaLimits, reserve_tokens
 from scheduler.predictor.lexical import LengthPredictor
 from scheduler.predictor.prior import PriorPredictor
 from scheduler.queue.keys import QuotaKeys
+from scheduler.queue.records import parse_progress
 from scheduler.queue.scripts import Timing
 from scheduler.types import CallResult, Grant, PredictInput
 from tests.scheduler.stack import (
@@ -311,12 +313,14 @@ async def test_a_paused_job_queues_a_continuation_that_keeps_its_arrival(make) -
     long.passed_quantum(500)
 
     async def progress_known() -> bool:
-        return await s.redis.hget(s.keys.progress, lease.ticket) == b"500"
+        reported = await s.redis.hget(s.keys.progress, lease.ticket)  # with its prompt's estimated tokens
+        return reported is not None and parse_progress(reported) == (500, math.ceil(long.inp.prompt_chars / 4))
 
     await eventually(progress_known)
     urgent = await admitted(s)  # interactive
     assert (await granted(urgent)).backend == "a"  # the slot changed hands in one script
     assert paused.is_set()
+    assert long.pause_reason.startswith("wait=") and ",cost=" in long.pause_reason  # what the script weighed
     later = await admitted(s, tier="batch")
     later_wait = await later.start()
     continuation = await long.pause()

@@ -14,14 +14,17 @@
 --                          its heartbeat writes it back if Redis loses it)
 --   eviction message:      E|<ticket>|<reason>
 --   lost message:          L|<ticket>|lost   (a waited-for ticket the queue no longer has)
---   pause message:         P|<lease>|<backend>  (its slot went to a more urgent ticket)
+--   pause message:         P|<lease>|<backend>|wait=<s>,cost=<s>  (its slot went to a more urgent ticket)
+--   progress in K.progress: attained|prompt   (output tokens so far; the prompt's tokens)
+--   cost in K.costs:       tpot|prefill|hit|block  (what a resume costs a backend)
+--   budget in K.budget:    level|since       (re-read seconds left; when)
 
 local function pool_keys(base)
   return {
     queue = base .. ':queue', tickets = base .. ':tickets', backends = base .. ':backends',
     reach = base .. ':reach', quiet = base .. ':quiet',
     leases = base .. ':leases', lease = base .. ':lease', owners = base .. ':owners',
-    progress = base .. ':progress',
+    progress = base .. ':progress', costs = base .. ':costs', budget = base .. ':budget',
     tenant_vfinish = base .. ':tenant:vfinish', tenant_queued = base .. ':tenant:queued',
     stats = base .. ':stats', epoch = base .. ':epoch',
     owned = function(owner) return base .. ':owned:' .. owner end,
@@ -33,9 +36,11 @@ end
 local function dispatch_args()
   return {me = ARGV[1], lease_ttl = tonumber(ARGV[2]), owner_ttl = tonumber(ARGV[3]),
           max_scan = tonumber(ARGV[4]), preempt = ARGV[5] == '1', quantum = tonumber(ARGV[6]),
-          max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8]), max_slack = tonumber(ARGV[9])}
+          max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8]), max_slack = tonumber(ARGV[9]),
+          ratio = tonumber(ARGV[10]), backlog = tonumber(ARGV[11]), budget = tonumber(ARGV[12]),
+          window = tonumber(ARGV[13])}
 end
-local FIRST_ARG = 10  -- where each script's own arguments begin
+local FIRST_ARG = 14  -- where each script's own arguments begin
 -- Times in records are written with 14 digits: 0.1 ms on Redis's clock; this much slack
 -- keeps a time read back from a record from looking later than the moment it was written.
 local CLOCK_SLACK = 0.001
@@ -137,6 +142,22 @@ local function lost_message(tid)
   return 'L|' .. tid .. '|lost'
 end
 
-local function pause_message(lid, backend)
-  return 'P|' .. lid .. '|' .. backend
+local function pause_message(lid, backend, wait_s, cost_s)
+  return 'P|' .. lid .. '|' .. backend .. '|' .. string.format('wait=%.3f,cost=%.3f', wait_s, cost_s)
+end
+
+-- attained, prompt (a bare count, as older replicas wrote it: prompt 0)
+local function parse_progress(packed)
+  local f = fields(packed)
+  return tonumber(f[1]) or 0, tonumber(f[2]) or 0
+end
+
+-- What a resume costs a backend (types.ResumeCost; its defaults where none was written).
+local function parse_cost(packed)
+  if not packed then
+    return {tpot = 0.05, prefill = 0.0025, hit = 0, block = 16}
+  end
+  local f = fields(packed)
+  return {tpot = tonumber(f[1]) or 0.05, prefill = tonumber(f[2]) or 0.0025, hit = tonumber(f[3]) or 0,
+          block = tonumber(f[4]) or 16}
 end

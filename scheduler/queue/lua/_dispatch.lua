@@ -70,10 +70,14 @@ local function placeable(C)
 end
 
 -- Which running lease should give its slot to ticket `t` (queue score `tscore`), which
--- found none free? Among the leases on backends that serve its model and can resume,
--- whose owner reported them preemptible (K.progress: attained output tokens), the one
--- that has run longest past the quantum, paused fewer than max_pauses times, and that
--- `t` may overtake. policy/preemption.py is its twin and says the rule in full.
+-- found none free, and does the pause pay? policy/preemption.py is its twin and says the
+-- rule in full: nothing while the queue holds more than `backlog` per slot; of the
+-- leases on backends that serve its model and can resume, whose owner reported them
+-- preemptible (K.progress) past the quantum, paused fewer than max_pauses times, that
+-- `t` may overtake: only one expected to run at least `ratio` times longer than `t`,
+-- whose resume costs (its re-read, times the streams that wait for it) no more than `t`
+-- would wait for a slot, within its backend's re-read budget; of those, the one that
+-- has run longest.
 local function may_overtake(t, tscore, l, D)
   if t.pauses > 0 then
     return false  -- a continuation waits for a free slot (it is first in line by its age)
@@ -86,31 +90,118 @@ local function may_overtake(t, tscore, l, D)
   return t.arrival <= l.arrival + D.max_slack + CLOCK_SLACK
 end
 
+-- expected output tokens still to come: the prediction less what was made, never below
+-- half of what was made (-1: not reported)
+local function remaining(predicted, attained)
+  local made = math.max(0, attained)
+  return math.max(predicted - made, made / 2, 0)
+end
+
+-- seconds of prefill a continuation costs: prompt plus output, less the full cache
+-- blocks the prefix cache is expected to hold
+local function resume_cost_s(l, cost)
+  local tokens = l.prompt + math.max(0, l.attained)
+  local cached = 0
+  if cost.block > 0 then
+    cached = cost.hit * cost.block * math.floor(tokens / cost.block)
+  end
+  return (tokens - cached) * cost.prefill
+end
+
+-- a backend's re-read budget now: refilled at `budget` seconds per second, at most
+-- budget * window; never spent: full
+local function budget_now(C, name)
+  local cap = C.D.budget * C.D.window
+  local packed = redis.call('HGET', C.K.budget, name)
+  if not packed then
+    return cap
+  end
+  local f = fields(packed)
+  local level, since = tonumber(f[1]) or cap, tonumber(f[2]) or C.now
+  return math.min(cap, level + math.max(0, C.now - since) * C.D.budget)
+end
+
+local REFUSALS = {'none', 'short', 'cost', 'budget'}
+
+-- Returns the lease id, its lease and the decision ({why, wait, cost, budget}).
 local function pick_victim(C, t, tscore)
-  local eligible = {}
+  local D, K = C.D, C.K
+  local pool, slots, any = {}, 0, false
   local known = reach(C, t.owner)
   for name, b in pairs(all_slots(C.S)) do
     if name ~= t.avoid and b.resume and not b.down and known[name] and serves(b, t.model) then
-      eligible[name] = true
+      pool[name] = {b = b}
+      slots = slots + b.limit
+      any = true
     end
   end
-  local best, best_attained, best_lease = nil, nil, nil
-  local progress = redis.call('HGETALL', C.K.progress)
-  for i = 1, #progress, 2 do
-    local lid, attained = progress[i], tonumber(progress[i + 1]) or 0
-    if attained > C.D.quantum and (best == nil or attained > best_attained) then
-      local record = redis.call('HGET', C.K.lease, lid)
-      if not record then
-        redis.call('HDEL', C.K.progress, lid)  -- reported after its release: forget it
+  if not any then
+    return nil, nil, {why = 'none'}
+  end
+  if redis.call('ZCARD', K.queue) > D.backlog * slots then
+    return nil, nil, {why = 'backlog'}
+  end
+  local progress = {}
+  local flat = redis.call('HGETALL', K.progress)
+  for i = 1, #flat, 2 do
+    progress[flat[i]] = flat[i + 1]
+  end
+  local leases, wait = {}, nil
+  flat = redis.call('HGETALL', K.lease)
+  for i = 1, #flat, 2 do
+    local lid = flat[i]
+    local reported = progress[lid]
+    progress[lid] = nil
+    local l = parse_lease(flat[i + 1])
+    local p = pool[l.backend]
+    if p then
+      if p.cost == nil then
+        p.cost = parse_cost(redis.call('HGET', K.costs, l.backend))
+      end
+      l.id, l.attained, l.prompt = lid, -1, 0
+      if reported then
+        l.attained, l.prompt = parse_progress(reported)
+      end
+      local w = remaining(l.predicted, l.attained) * p.cost.tpot
+      if wait == nil or w < wait then
+        wait = w
+      end
+      leases[#leases + 1] = l
+    end
+  end
+  for lid in pairs(progress) do
+    redis.call('HDEL', K.progress, lid)  -- reported after its release: forget it
+  end
+  if wait == nil then
+    return nil, nil, {why = 'none'}
+  end
+  local best, best_cost, why = nil, 0, 1
+  for _, l in ipairs(leases) do
+    if l.attained > D.quantum and l.pauses < D.max_pauses and may_overtake(t, tscore, l, D) then
+      local p = pool[l.backend]
+      if remaining(l.predicted, l.attained) < D.ratio * t.predicted then
+        why = math.max(why, 2)
       else
-        local l = parse_lease(record)
-        if eligible[l.backend] and l.pauses < C.D.max_pauses and may_overtake(t, tscore, l, C.D) then
-          best, best_attained, best_lease = lid, attained, l
+        local cost = resume_cost_s(l, p.cost)
+        if wait < cost * math.max(1, p.b.busy) then
+          why = math.max(why, 3)
+        else
+          if p.budget == nil then
+            p.budget = budget_now(C, l.backend)
+          end
+          if p.budget < cost then
+            why = math.max(why, 4)
+          elseif best == nil or l.attained > best.attained then
+            best, best_cost = l, cost
+          end
         end
       end
     end
   end
-  return best, best_lease
+  if best == nil then
+    return nil, nil, {why = REFUSALS[why]}
+  end
+  return best.id, best, {why = 'pause', wait = wait, cost = best_cost, budget = pool[best.backend].budget}
 end
 
 -- Grant ticket `tid` the lease `l` (lease_of): record it, count its slot, tell its owner.
@@ -169,12 +260,15 @@ local function dispatch(C)
         if not backend and may_preempt and t.pauses == 0 and t.class ~= 'long'
             and now - t.arrival >= D.preempt_after - CLOCK_SLACK then
           may_preempt = false  -- one try per call bounds the script's work
-          local victim, vl = pick_victim(C, t, score)
+          local victim, vl, d = pick_victim(C, t, score)
           if victim then
             drop_lease(C, victim)
             redis.call('HINCRBY', K.stats, 'paused', 1)
-            notify(C, vl.owner, pause_message(victim, vl.backend))
+            redis.call('HSET', K.budget, vl.backend, string.format('%.6f|%.4f', d.budget - d.cost, now))
+            notify(C, vl.owner, pause_message(victim, vl.backend, d.wait, d.cost))
             backend = vl.backend
+          elseif d.why ~= 'none' then
+            redis.call('HINCRBY', K.stats, 'unpaused_' .. d.why, 1)
           end
         end
         if backend then

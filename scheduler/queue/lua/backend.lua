@@ -6,7 +6,7 @@
 -- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then backend, limit,
 --   down (0/1), weight, speed (tokens/s, 0: unknown), long_cap (slots restricted work
 --   may hold), borrow (extra slots it may borrow while open work is quiet), resume (0/1),
---   then the models it serves.
+--   what a resume costs it (its cost record: tpot|prefill|hit|block), then the models it serves.
 local C = context(KEYS[1])
 local K, a = C.K, FIRST_ARG
 local name = ARGV[a]
@@ -19,8 +19,9 @@ if tonumber(ARGV[a + 4]) > 0 then
   b.speed = tonumber(ARGV[a + 4])
 end
 b.lcap, b.borrow, b.resume = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
+redis.call('HSET', K.costs, name, ARGV[a + 8])
 local models = {''}
-for i = a + 8, #ARGV do
+for i = a + 9, #ARGV do
   models[#models + 1] = ARGV[i]
 end
 b.models = table.concat(models, '|') .. '|'

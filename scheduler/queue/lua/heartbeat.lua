@@ -3,8 +3,8 @@
 -- dispatch (so freed slots go to queued work without traffic).
 -- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then quiet (0/1: the
 --   open class has had no recent arrivals), n (leases that follow), then for each of the
---   n leases this replica holds: lease id, its lease record, its attained output tokens
---   (-1: not preemptible now); then the ids of the tickets this replica is waiting for.
+--   n leases this replica holds: lease id, its lease record, its progress (attained|prompt;
+--   -1: not preemptible now); then the ids of the tickets this replica is waiting for.
 -- A lease missing here (Redis restarted and lost it) is recreated with its slot,
 -- so the busy count again matches the requests really running; its record is the one
 -- the grant wrote (the grant message carries it whole), so a rebuilt lease keeps the
@@ -32,7 +32,7 @@ bury_dead_owners(C)
 local held = {}
 local waiting_from = a + 2 + 3 * tonumber(ARGV[a + 1])
 for i = a + 2, waiting_from - 1, 3 do
-  local lid, attained = ARGV[i], tonumber(ARGV[i + 2])
+  local lid, attained = ARGV[i], parse_progress(ARGV[i + 2])
   held[lid] = true
   if not redis.call('ZSCORE', K.leases, lid) then
     local l = parse_lease(ARGV[i + 1])
@@ -41,7 +41,7 @@ for i = a + 2, waiting_from - 1, 3 do
     redis.call('ZADD', K.leases, now + lease_ttl, lid)
   end
   if attained >= 0 then
-    redis.call('HSET', K.progress, lid, attained)
+    redis.call('HSET', K.progress, lid, ARGV[i + 2])
   else
     redis.call('HDEL', K.progress, lid)
   end

@@ -38,7 +38,7 @@ def usage(raw: bytes) -> list[dict[str, Any]]:
 
 
 async def progress_past(redis: Redis, keys: PoolKeys, tokens: int) -> bool:
-    return any(int(v) > tokens for v in (await redis.hgetall(keys.progress)).values())
+    return any(made > tokens for made, _ in (await readback.progress(redis, keys)).values())
 
 
 async def rebuilt(redis: Redis, keys: PoolKeys, lease: bytes) -> bool:

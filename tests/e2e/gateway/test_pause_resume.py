@@ -13,6 +13,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
@@ -72,7 +73,7 @@ def content(raw: bytes) -> str:
 
 
 async def progress_past(redis: Redis, keys: PoolKeys, tokens: int) -> bool:
-    return any(int(v) > tokens for v in (await redis.hgetall(keys.progress)).values())
+    return any(made > tokens for made, _ in (await readback.progress(redis, keys)).values())
 
 
 async def paused_count(redis: Redis, keys: PoolKeys) -> int:

@@ -168,6 +168,7 @@ class FakeJob:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     on_end_part: Callable[[], None] | None = None  # runs as a part ends (checks order)
     quantum: int = 0  # output tokens a part makes before it may be paused
+    pause_reason: str = "wait=1.000,cost=0.100"  # what the scheduler told of its last pause
 
     def __post_init__(self) -> None:
         self._next = deque(self.backends)

@@ -313,6 +313,8 @@ async def test_a_paused_stream_resumes_on_its_next_grant_as_one_response(
     (server,) = traced.finished("SERVER")
     names = [e.name for e in server.events if e.name in (sc.EV_PAUSED, sc.EV_RESUMED)]
     assert names == [sc.EV_PAUSED, sc.EV_RESUMED]  # one pause, one resume: each told once
+    event = next(e for e in server.events if e.name == sc.EV_PAUSED)
+    assert event.attributes[sc.PAUSE_REASON] == job.pause_reason  # why the scheduler paused it
     # the continuation re-read the prompt (4 tokens) and the text it carried (1)
     assert traced.telemetry.instruments.resume_prefill.series == {("ok",): 5}
 

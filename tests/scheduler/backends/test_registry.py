@@ -11,7 +11,7 @@ import pytest
 from scheduler.backends.backend import BackendState
 from scheduler.backends.breaker import Health
 from scheduler.queue import readback, records
-from scheduler.types import CallResult
+from scheduler.types import CallResult, ResumeCost
 from tests.scheduler.stack import (
     MODEL,
     POOL,
@@ -25,7 +25,7 @@ from tests.scheduler.stack import (
 from tests.support import eventually
 
 
-async def published(s: Stack, name: str) -> records.BackendState:
+async def published(s: Stack, name: str) -> records.BackendSlots:
     """The backend as the pool's Redis keys hold it (what the dispatch script reads)."""
     return (await readback.backend_states(s.redis, s.keys))[name]
 
@@ -160,6 +160,29 @@ async def test_the_engine_is_detected_from_what_it_answers(make, answers: dict, 
     assert (view["engine_profile"], view["engine_source"]) == (engine, source)
     if engine == "vllm":
         assert view["engine"]["running"] == 3.0  # type: ignore[index]
+
+
+VLLM_COUNTERS = """vllm:cache_config_info{{block_size="128",enable_prefix_caching="True"}} 1.0
+vllm:num_requests_running{{model_name="tiny"}} 1.0
+vllm:prompt_tokens_total{{model_name="tiny"}} {prompt}
+vllm:prompt_tokens_cached_total{{model_name="tiny"}} {cached}
+vllm:prefix_cache_queries_total{{model_name="tiny"}} {prompt}
+vllm:prefix_cache_hits_total{{model_name="tiny"}} {cached}
+vllm:request_prefill_time_seconds_sum{{model_name="tiny"}} {prefill}
+vllm:inter_token_latency_seconds_sum{{model_name="tiny"}} {itl}
+vllm:inter_token_latency_seconds_count{{model_name="tiny"}} {tokens}
+"""
+
+
+async def test_what_a_resume_costs_is_read_from_the_engines_counters_and_published(make) -> None:
+    probe = ScriptedProbe(metrics_text={"a": VLLM_COUNTERS.format(prompt=0, cached=0, prefill=0, itl=0, tokens=0)})
+    s = await make(backend("a", resume=True), probe=probe)
+    assert records.parse_cost(await s.redis.hget(s.keys.costs, "a")) == ResumeCost(block=128)  # no interval yet
+    # 1,000 prompt tokens, 250 of them cached, computed in 0.375 s; 500 output tokens in 5 s
+    probe.metrics_text["a"] = VLLM_COUNTERS.format(prompt=1000, cached=250, prefill=0.375, itl=5.0, tokens=500)
+    await s.registry.probe_all()
+    cost = records.parse_cost(await s.redis.hget(s.keys.costs, "a"))
+    assert cost == ResumeCost(tpot_s=pytest.approx(0.01), prefill_s=pytest.approx(0.0005), hit=0.25, block=128)
 
 
 async def test_an_engine_without_metrics_is_not_asked_again(make) -> None:

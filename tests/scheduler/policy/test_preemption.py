@@ -7,16 +7,27 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from scheduler.policy.preemption import Running, Urgent, candidate_after, is_candidate, pick_victim
+from scheduler.policy.preemption import (
+    PauseRule,
+    Running,
+    Slots,
+    Urgent,
+    budget_now,
+    candidate_after,
+    decide,
+    is_candidate,
+    remaining,
+    resume_cost_s,
+)
 from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
-from scheduler.queue.records import pack_lease, parse_lease, parse_ticket
+from scheduler.queue.records import PauseMessage, pack_lease, parse_budget, parse_lease, parse_ticket
 from scheduler.queue.scripts import Scripts, Timing
-from scheduler.types import BackendRecord, Lease, MessageKind, Ticket
+from scheduler.types import BackendRecord, Lease, MessageKind, ResumeCost, Ticket
 
 QUANTUM, MAX_PAUSES, SLACK = 64, 2, 30.0
 SHORT = Urgent("short", "interactive", 100.0, arrival=100.0, predicted=20)
@@ -24,8 +35,12 @@ MEDIUM = Urgent("medium", "interactive", 108.0, arrival=100.0, predicted=400)
 
 
 def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, backend: str = "a",
-      tier: str = "interactive", arrival: float = 90.0) -> Running:
-    return Running(lease, backend, attained, pauses, score, tier, arrival)
+      tier: str = "interactive", arrival: float = 90.0, predicted: int = 1000, prompt: int = 100) -> Running:
+    return Running(lease, backend, attained, pauses, score, tier, arrival, predicted, prompt)
+
+
+RULE = PauseRule(QUANTUM, MAX_PAUSES, SLACK)
+FREE = {"a": Slots(busy=2, limit=2)}  # default costs: 50 ms a token, 2.5 ms a prompt token
 
 
 @pytest.mark.parametrize(
@@ -36,19 +51,79 @@ def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, ba
         ("not paused too often", SHORT, [r("x", 900, pauses=MAX_PAUSES), r("y", 100)], "y"),
         ("the starvation bound: not one that arrived over max_slack before", SHORT, [r("x", 900, arrival=69.0)], None),
         ("...at max_slack it still may", SHORT, [r("x", 900, arrival=70.0)], "x"),
-        ("a mispredicted short lease, past its quantum, is paused too", SHORT, [r("x", 90, score=95.0)], "x"),
+        ("a mispredicted short lease, once it has shown it is long, is paused too", SHORT,
+         [r("x", 90, score=95.0, predicted=20)], "x"),
+        ("...but not a short one still within twice the urgent one's length", SHORT,
+         [r("x", 70, score=95.0, predicted=20)], None),
         ("not on a backend that cannot take it", SHORT, [r("x", 900, backend="b")], None),
-        ("medium work pauses too (least attained service)", MEDIUM, [r("x", 450), r("y", 65)], "x"),
+        ("medium work pauses too (least attained service)", MEDIUM,
+         [r("x", 450, predicted=3000), r("y", 65, predicted=3000)], "x"),
+        ("...not one expected to end before twice its own length", MEDIUM, [r("x", 450, predicted=900)], None),
         ("long work never", Urgent("long", "interactive", 130.0, arrival=100.0), [r("x", 900, score=200.0)], None),
         ("another tier: only a worse one", SHORT, [r("x", 900, tier="batch", score=160.0)], "x"),
         ("...never a better one", Urgent("short", "batch", 160.0, arrival=100.0), [r("x", 900, score=100.0)], None),
         ("a continuation never pauses", Urgent("short", "interactive", 100.0, arrival=100.0, pauses=1), [r("x")], None),
         ("nothing running", SHORT, [], None),
+        ("not when a slot frees soon anyway (a lease about to end)", SHORT,
+         [r("x", 900), r("y", -1, predicted=4)], None),
     ],
 )
 def test_pick_victim(case: str, urgent: Urgent, running: list[Running], expected: str | None) -> None:
-    victim = pick_victim(urgent, running, {"a"}, QUANTUM, MAX_PAUSES, SLACK)
+    victim = decide(urgent, running, FREE, 1, RULE).victim
     assert (victim.lease if victim else None) == expected, case
+
+
+@pytest.mark.parametrize(
+    ("case", "running", "pool", "queued", "reason"),
+    [
+        ("a pause that pays", [r("x", 900)], FREE, 1, "pause"),
+        ("nothing past its quantum", [r("x", 10)], FREE, 1, "none"),
+        ("a queue longer than the slots: no extra work", [r("x", 900)], FREE, 3, "backlog"),
+        ("...at as many as the slots, still", [r("x", 900)], FREE, 2, "pause"),
+        ("a victim far past its prediction is expected to run on", [r("x", 900, predicted=20)], FREE, 1, "pause"),
+        ("a victim expected to end sooner than twice the urgent one", [r("x", 70, predicted=100)], FREE, 1,
+         "short"),
+        # wait for the first slot: (1000 - 900) * 50 ms = 5 s; a re-read of 30,000 + 900 tokens
+        # at 2.5 ms is 77 s, times 2 streams
+        ("a re-read that costs more than the wait", [r("x", 900, prompt=30_000)], FREE, 1, "cost"),
+        ("...unless the prefix cache holds most of it", [r("x", 900, prompt=30_000)],
+         {"a": Slots(2, 2, ResumeCost(0.05, 0.0025, 0.999, 16))}, 1, "pause"),
+        ("a prefill a hundred times cheaper pays", [r("x", 900, prompt=30_000)],
+         {"a": Slots(2, 2, ResumeCost(0.05, 0.000025, 0.0, 16))}, 1, "pause"),
+        ("a spent budget", [r("x", 900)], {"a": Slots(2, 2, budget_s=0.01)}, 1, "budget"),
+        ("the furthest refusal is told", [r("x", 900, prompt=30_000), r("y", 70, predicted=100)], FREE, 1, "cost"),
+    ],
+)
+def test_why(case: str, running: list[Running], pool: dict[str, Slots], queued: int, reason: str) -> None:
+    d = decide(SHORT, running, pool, queued, RULE)
+    assert d.reason == reason, case
+    assert (d.victim is not None) == (reason == "pause"), case
+    if d.victim is not None:
+        assert d.wait_s >= d.cost_s * pool[d.victim.backend].busy, case
+
+
+@pytest.mark.parametrize(("case", "predicted", "attained", "expected"), [
+    ("not reported: its prediction", 300, -1, 300.0),
+    ("within its prediction: what is left of it", 300, 100, 200.0),
+    ("past it: half of what it made", 300, 500, 250.0),
+    ("never below half of what it made", 300, 280, 140.0),
+])
+def test_remaining(case: str, predicted: int, attained: int, expected: float) -> None:
+    assert remaining(predicted, attained) == expected, case
+
+
+def test_the_budget_refills_at_its_share_up_to_its_window() -> None:
+    rule = PauseRule(budget=0.1, window_s=30.0)
+    assert budget_now(None, 0.0, 5.0, rule) == pytest.approx(3.0)  # never spent: full
+    assert budget_now(0.5, 10.0, 15.0, rule) == pytest.approx(1.0)  # 5 s later: +0.5 s
+    assert budget_now(0.5, 10.0, 1000.0, rule) == pytest.approx(3.0)  # never past its window
+
+
+def test_a_resume_costs_what_the_cache_does_not_hold() -> None:
+    cost = ResumeCost(tpot_s=0.01, prefill_s=0.001, hit=0.5, block=128)
+    # 300 + 100 tokens: 3 full blocks (384), half of them expected cached: 400 - 192 = 208 computed
+    assert resume_cost_s(r("x", 100, prompt=300), cost) == pytest.approx(0.208)
+    assert resume_cost_s(r("x", 100, prompt=300), ResumeCost(0.01, 0.001, 0.0, 128)) == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize(("case", "tokens", "at_start", "quantum", "after", "candidate"), [
@@ -67,31 +142,45 @@ def test_the_quantum(case: str, tokens: int, at_start: int, quantum: int, after:
 
 # -- the twin: the same answer as the dispatch script ----------------------------------
 
-
+COSTS = {  # values a record writes exactly
+    "cheap": ResumeCost(0.05, 0.00025, 0.5, 16), "dear": ResumeCost(0.01, 0.001, 0.0, 128),
+    "default": ResumeCost(),
+}
 
 lease_st = st.fixed_dictionaries({
-    "backend": st.sampled_from(["a", "b", "c"]), "attained": st.sampled_from([-1, 0, 64, 65, 300, 2000]),
-    "pauses": st.integers(0, 3), "score_gap": st.sampled_from([-5.0, 0.0, 0.5, 40.0]),
+    "backend": st.sampled_from(["a", "b", "c"]), "attained": st.sampled_from([-1, 0, 64, 65, 300, 2000, 2000, 2000]),
+    "pauses": st.sampled_from([0, 0, 0, 1, 2, 3]), "score_gap": st.sampled_from([-5.0, 0.0, 0.5, 40.0]),
     "tier": st.sampled_from(["interactive", "batch"]), "age": st.sampled_from([0.0, 1.0, 29.0, 31.0, 100.0]),
+    "predicted": st.sampled_from([20, 400, 3000, 3000]), "prompt": st.sampled_from([0, 100, 5000]),
 })
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    leases=st.lists(lease_st, max_size=6), cls=st.sampled_from(["short", "medium", "long"]),
-    resume=st.sets(st.sampled_from(["a", "b", "c"])), serves=st.sets(st.sampled_from(["a", "b", "c"]), min_size=1),
-    predicted=st.sampled_from([10, 200, 1500]),
+    leases=st.lists(lease_st, min_size=2, max_size=8), cls=st.sampled_from(["short", "short", "medium", "long"]),
+    resume=st.sets(st.sampled_from(["a", "b", "c"]), min_size=2),
+    serves=st.sets(st.sampled_from(["a", "b", "c"]), min_size=2),
+    predicted=st.sampled_from([10, 10, 200, 1500]), costs=st.lists(st.sampled_from(sorted(COSTS)), min_size=3, max_size=3),
+    waiting=st.sampled_from([0, 0, 0, 0, 2, 20]), budget=st.sampled_from([0.1, 0.1, 0.00001]),
 )
 async def test_the_twin_pauses_as_the_script_does(
     redis: Redis, leases: list[dict], cls: str, resume: set[str], serves: set[str], predicted: int,
+    costs: list[str], waiting: int, budget: float,
 ) -> None:
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
+    rule = PauseRule(QUANTUM, MAX_PAUSES, SLACK, budget=budget)
     scripts = Scripts(redis, Timing(30.0, 30.0, 64, max_slack_s=SLACK, preempt=True, quantum_tokens=QUANTUM,
-                                    max_pauses=MAX_PAUSES))
+                                    max_pauses=MAX_PAUSES, pause_budget=budget))
+    cost_of = dict(zip(("a", "b", "c"), (COSTS[c] for c in costs), strict=True))
+    held = {name: sum(1 for le in leases if le["backend"] == name) for name in ("a", "b", "c")}
     for name in ("a", "b", "c"):  # every slot of every backend held by the leases below
-        held = sum(1 for le in leases if le["backend"] == name)
         models = ("m",) if name in serves else ("other",)
-        await scripts.set_backend(keys, "me", BackendRecord(name, held, models=models, resume=name in resume))
+        await scripts.set_backend(
+            keys, "me", BackendRecord(name, held[name], models=models, resume=name in resume, cost=cost_of[name])
+        )
+    for i in range(waiting):  # long work no backend serves: it only lengthens the queue
+        await scripts.enqueue(keys, "me", Ticket(f"w{i}", "nobody", "tenant", "long", 9, 0.0, "interactive", 1.0),
+                              0, 0)
     seconds, micros = await redis.time()
     now = seconds + micros / 1e6
     running, records, progress = [], {}, {}
@@ -100,16 +189,17 @@ async def test_the_twin_pauses_as_the_script_does(
         score = now + 1.0 + le["score_gap"]  # the urgent ticket's score is now + 1.0 (its slack)
         arrival = now - le["age"]
         records[lid] = pack_lease(
-            Lease(le["backend"], "me", 100, False, False, "long", score, le["pauses"], le["tier"], arrival)
+            Lease(le["backend"], "me", le["predicted"], False, False, "long", score, le["pauses"], le["tier"], arrival)
         )
         if le["attained"] >= 0:
-            progress[lid] = le["attained"]
-            running.append(Running(lid, le["backend"], le["attained"], le["pauses"], score, le["tier"], arrival))
+            progress[lid] = (le["attained"], le["prompt"])
+        prompt = le["prompt"] if le["attained"] >= 0 else 0
+        running.append(Running(lid, le["backend"], le["attained"], le["pauses"], score, le["tier"], arrival,
+                               le["predicted"], prompt))
     await scripts.heartbeat(keys, "me", records, progress=progress)  # recreates every lease with its slot
     urgent = Ticket("u", "m", "tenant", cls, predicted, 0.0, "interactive", 1.0)
     result = await scripts.enqueue(keys, "me", urgent, 0, 0)
 
-    seconds, micros = await redis.time()
     ticket_score = float((await redis.zscore(keys.queue, "u")) or 0) or None
     paused = [m for m in result.messages if m.kind is MessageKind.PAUSE]
     granted = [m for m in result.messages if m.kind is MessageKind.GRANT and m.ticket == "u"]
@@ -120,15 +210,27 @@ async def test_the_twin_pauses_as_the_script_does(
         score, arrival = urgent_lease.score, urgent_lease.arrival
     else:
         score, arrival = ticket_score, parse_ticket(await redis.hget(keys.tickets, "u")).arrival
-    twin = pick_victim(Urgent(cls, "interactive", score, arrival, predicted), running, serves & resume, QUANTUM,
-                       MAX_PAUSES, SLACK)
-    if twin is None:
+    pool = {
+        name: Slots(held[name], held[name], cost_of[name], budget_now(None, 0.0, 0.0, rule))
+        for name in serves & resume
+    }
+    twin = decide(Urgent(cls, "interactive", score, arrival, predicted), running, pool, waiting + 1, rule)
+    event(twin.reason)
+    stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.stats)).items()}
+    if twin.victim is None:
         assert paused == [] and granted == []
+        tried = cls != "long"  # the script asks only for fresh short and medium work
+        expected = {f"unpaused_{twin.reason}": 1} if tried and twin.reason != "none" else {}
+        assert {k: v for k, v in stats.items() if k.startswith("unpaused_")} == expected
     else:
         assert len(paused) == 1 and len(granted) == 1
         lua = next(x for x in running if x.lease == paused[0].ticket)
-        assert lua.attained == twin.attained
+        assert lua.attained == twin.victim.attained
         assert granted[0].detail == paused[0].detail == lua.backend  # the slot changed hands
+        assert isinstance(paused[0], PauseMessage) and paused[0].reason.startswith("wait=")
+        # the pause spent its cost from the backend's budget
+        level, _ = parse_budget(await redis.hget(keys.budget, lua.backend))
+        assert level == pytest.approx(budget_now(None, 0, 0, rule) - resume_cost_s(lua, cost_of[lua.backend]), abs=1e-5)
     # a slot is never held twice: each backend's busy count is the leases it holds
     for name in ("a", "b", "c"):
         holders = [lid for lid, rec in (await redis.hgetall(keys.lease)).items() if parse_lease(rec).backend == name]
@@ -204,7 +306,7 @@ async def test_pausing_keeps_the_books(redis: Redis, steps: list[str]) -> None:
             for lease in running:
                 running[lease] += 50
             records = {lid: (await redis.hget(keys.lease, lid)).decode() for lid in running}
-            await handle((await scripts.heartbeat(keys, "me", records, progress=dict(running)))[2])
+            await handle((await scripts.heartbeat(keys, "me", records, progress={k: (n, 0) for k, n in running.items()}))[2])
         leases = await redis.hgetall(keys.lease)
         assert set(k.decode() for k in leases) == set(running)  # a slot is never held twice
         assert await readback.busy(redis, keys, "a") == len(running) <= 2

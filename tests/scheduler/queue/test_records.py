@@ -20,17 +20,22 @@ from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import (
     BackendSlots,
     GrantMessage,
+    PauseMessage,
     grant_message,
     pack_backend,
+    pack_cost,
     pack_lease,
     pack_message,
+    pack_progress,
     parse_backend,
+    parse_cost,
     parse_lease,
     parse_message,
+    parse_progress,
     parse_ticket,
 )
 from scheduler.queue.scripts import Scripts, Timing
-from scheduler.types import BackendRecord, Lease, Message, MessageKind, Ticket
+from scheduler.types import BackendRecord, Lease, Message, MessageKind, ResumeCost, Ticket
 
 ME = "owner-1"
 
@@ -84,7 +89,8 @@ def test_backend_round_trips(backend: BackendSlots) -> None:
 @pytest.mark.parametrize(
     "msg",
     [grant_message("req-1", LEASES[0]), grant_message("req-2", LEASES[1]), Message(MessageKind.EVICT, "req-3", "deadline"),
-     Message(MessageKind.LOST, "req-4", "lost"), Message(MessageKind.PAUSE, "req-5", "b1")],
+     Message(MessageKind.LOST, "req-4", "lost"),
+         PauseMessage(MessageKind.PAUSE, "req-5", "b1", reason="wait=1.250,cost=0.030")],
 )
 def test_message_round_trips(msg: Message) -> None:
     assert parse_message(pack_message(msg)) == msg
@@ -178,3 +184,43 @@ async def test_a_backend_lua_wrote_parses_and_python_packs_it_the_same(redis: Re
     assert b == BackendSlots(3, False, 0.5, 42.5, 2, 1, True, 1, 70.0, 0, 0, 1, ("m", "m2"))
     assert pack_backend(b) == raw.decode()
     assert await readback.reach(redis, keys, ME) == {"b1"}
+
+
+# -- the pause's own formats: progress, cost, the pause message --------------------------
+
+PAUSE_FORMATS = """
+local attained, prompt = parse_progress(ARGV[1])
+local c = parse_cost(ARGV[2] ~= '' and ARGV[2] or nil)
+return {tostring(attained), tostring(prompt), tostring(c.tpot), tostring(c.prefill), tostring(c.hit),
+        tostring(c.block), pause_message('l1', 'b1', tonumber(ARGV[3]), tonumber(ARGV[4]))}
+"""
+
+
+@pytest.mark.parametrize(("progress", "cost"), [
+    ((700, 1234), ResumeCost(0.0078, 0.00025, 0.35, 128)),
+    ((65, 0), ResumeCost()),
+])
+async def test_lua_reads_progress_and_costs_as_python_writes_them(
+    redis: Redis, progress: tuple[int, int], cost: ResumeCost
+) -> None:
+    common = (resources.files("scheduler.queue") / "lua" / "_common.lua").read_text(encoding="utf-8")
+    out = [x.decode() for x in await redis.eval(
+        common + PAUSE_FORMATS, 0, pack_progress(*progress), pack_cost(cost), 1.25, 0.03
+    )]
+    assert (int(out[0]), int(out[1])) == progress == parse_progress(pack_progress(*progress))
+    assert ResumeCost(float(out[2]), float(out[3]), float(out[4]), int(out[5])) == cost == parse_cost(pack_cost(cost))
+    assert parse_message(out[6]) == PauseMessage(MessageKind.PAUSE, "l1", "b1", reason="wait=1.250,cost=0.030")
+
+
+async def test_lua_reads_a_missing_cost_as_pythons_defaults(redis: Redis) -> None:
+    common = (resources.files("scheduler.queue") / "lua" / "_common.lua").read_text(encoding="utf-8")
+    out = [x.decode() for x in await redis.eval(common + PAUSE_FORMATS, 0, "12", "", 0, 0)]
+    assert ResumeCost(float(out[2]), float(out[3]), float(out[4]), int(out[5])) == ResumeCost() == parse_cost(None)
+    assert (int(out[0]), int(out[1])) == (12, 0) == parse_progress("12")  # a bare count: an older replica's
+
+
+async def test_the_registrys_cost_is_what_the_pool_holds(redis: Redis, keys: PoolKeys) -> None:
+    scripts = Scripts(redis, Timing(30.0, 30.0, 64))
+    cost = ResumeCost(0.0078, 0.00025, 0.35, 128)
+    await scripts.set_backend(keys, ME, BackendRecord("b1", 2, models=("m",), resume=True, cost=cost))
+    assert parse_cost(await redis.hget(keys.costs, "b1")) == cost

@@ -64,10 +64,13 @@ class InferenceRequest:
             return self
         return dataclasses.replace(self, model=model, body={**self.body, "model": model}, raw=b"")
 
-    def upstream_body(self, priority: int | None = None, carried: Carried | None = None) -> bytes:
+    def upstream_body(self, priority: int | None = None, carried: Carried | None = None, counted: bool = False) -> bytes:
         """The bytes to send upstream: the client's own unless a field must change — the
         usage chunk asked for, the engine's priority, and for a paused request's next part
-        the text so far (``carried``) with what is left of its budget."""
+        the text so far (``carried``) with what is left of its budget. ``counted``: a
+        stream that may be paused asks for the running count of its output tokens on
+        every chunk (``continuous_usage_stats``: engines merge tokens into one chunk
+        when their server falls behind, so chunks are not tokens)."""
         changes: dict[str, Any] = {}
         if carried is not None:
             if self.endpoint is Endpoint.CHAT:
@@ -78,9 +81,12 @@ class InferenceRequest:
             for name in ("max_completion_tokens", "max_tokens"):
                 if isinstance(self.body.get(name), int):
                     changes[name] = max(1, self.body[name] - carried.tokens)
-        if self.stream and (not self.include_usage or carried is not None):
+        counted = self.stream and (counted or carried is not None)
+        if self.stream and (not self.include_usage or counted):
             options = dict(self.body.get("stream_options") or {})
             options["include_usage"] = True
+            if counted:
+                options["continuous_usage_stats"] = True
             changes["stream_options"] = options
         if priority is not None:
             changes["priority"] = priority

@@ -77,9 +77,9 @@ class Parser:
         if not self._started and text:
             self._started = True
             text = text.removeprefix("\ufeff")
-        if self._after_cr and text.startswith("\n"):
-            text = text[1:]
-        if text:
+        if text:  # (none: the decoder holds part of a character; the line end state stays)
+            if self._after_cr and text.startswith("\n"):
+                text = text[1:]  # the LF of a CR LF split between reads
             self._after_cr = text.endswith("\r")
         events: list[Event] = []
         pos = 0

@@ -21,7 +21,7 @@ class LimitSampler:
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="limit-sampler", daemon=True)
-        self.samples: list[dict[str, Any]] = []  # {"t", "backend", "limit", "in_flight", "waiting", "long_cap", "borrowed"}
+        self.samples: list[dict[str, Any]] = []  # {"t", "backend", "limit", "in_flight", "waiting", "long_cap", "borrowed", "resume_cost"}
 
     def __enter__(self) -> LimitSampler:
         self._thread.start()
@@ -45,6 +45,7 @@ class LimitSampler:
                         "t": t, "backend": b["name"], "limit": b["limit"], "in_flight": b["in_flight"],
                         "waiting": (b.get("engine") or {}).get("waiting"),
                         "long_cap": b.get("long_cap"), "borrowed": b.get("borrowed"),
+                        "resume_cost": b.get("resume_cost"),
                     })
 
 

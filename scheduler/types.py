@@ -191,6 +191,7 @@ class ResumeCost:
     prefill_s: float = 0.0025  # one prompt token the engine computes (not found in its cache)
     hit: float = 0.0  # share of a resume's full cache blocks its prefix cache is expected to hold
     block: int = 16  # tokens per cache block
+    prefill_base_s: float = 0.0  # what one prefill costs besides its tokens (a scheduling step's overhead)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.testing import running_app, serving
 
-__all__ = ["MODEL", "ROOT", "busy_is", "eventually", "queue_is", "running_app", "serving_gateway"]
+__all__ = ["MODEL", "ROOT", "busy_is", "eventually", "progress_past", "queue_is", "running_app", "serving_gateway"]
 
 MODEL = "sim-model"  # the model the shared simulator serves
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -47,6 +47,11 @@ async def queue_is(redis: Redis, keys: PoolKeys, n: int) -> bool:
 async def busy_is(redis: Redis, keys: PoolKeys, n: int, backend: str = "sim") -> bool:
     """Does ``backend`` hold ``n`` leases (every replica's)?"""
     return await readback.busy(redis, keys, backend) == n
+
+async def progress_past(redis: Redis, keys: PoolKeys, tokens: int) -> bool:
+    """Has some lease reported more than ``tokens`` output tokens (a pause candidate)?"""
+    return any(made > tokens for made, _ in (await readback.progress(redis, keys)).values())
+
 
 def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str]:
     """Serve a gateway as ``triage serve`` does (its connection limits included), on a free port."""

@@ -19,6 +19,7 @@ from gateway import sse
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.request.context import RequestContext
 from gateway.request.relay import relay_events
+from gateway.request.resume import resumable
 from gateway.schemas import InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
 from gateway.telemetry.tracing import BackendCall, Reply
@@ -51,7 +52,8 @@ class Exchange:
         to the backend of the job's current grant."""
         assert job.grant is not None and job.route is not None
         backend = job.route.backend
-        body = body if body is not None else self.req.upstream_body(job.route.priority)
+        if body is None:  # a stream that may be paused counts its tokens exactly
+            body = self.req.upstream_body(job.route.priority, counted=job.may_pause and resumable(self.req))
         self.ctx.trace.dispatched(job.grant)
         self.call = self.ctx.trace.call(backend, self.req)
         self.reply, self.paused = None, False

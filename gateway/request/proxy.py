@@ -221,7 +221,8 @@ class Proxy:
                 yield block
             return
         ctx = ex.ctx
-        transcript = Transcript(ex.req.endpoint is Endpoint.CHAT)
+        options = ex.req.body.get("stream_options") or {}
+        transcript = Transcript(ex.req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")))
         resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:

@@ -3,7 +3,11 @@
 Chunks are forwarded as whole SSE events, byte for byte, in any framing the SSE spec
 allows (``sse.py``): nothing is decoded or re-encoded except an event that carries a
 non-null ``usage`` (one per stream), which is parsed for the token count and dropped
-when it is a usage-only chunk and the client did not ask for it.
+when it is a usage-only chunk and the client did not ask for it. vLLM stamps its
+``system_fingerprint`` on the last chunk of a stream — the usage chunk when usage was
+asked for, else the finish chunk — so where the gateway asked and the client did not,
+the finish chunk waits for the usage chunk (it comes next) and takes its fingerprint:
+the client gets the stream the engine sends a client that did not ask.
 
 ``RelayResponse`` guarantees the cleanup: whatever ends the stream (its end, the
 client leaving, an error), ``on_done`` runs once, outside any cancelled scope, and
@@ -31,6 +35,8 @@ _USAGE_MARKS = (b'"usage":{', b'"usage": {')
 # a chunk that carries generated text or a tool call (a first chat chunk often has only the role)
 _CONTENT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]|"tool_calls": ?\[ ?\{')
 _DONE = re.compile(rb"(?:^|(?<=[\r\n]))data: ?\[DONE\][ \t]*(?:\r\n|\r|\n)")
+_FINISH = re.compile(rb'"finish_reason": ?"')
+_FINGERPRINT = b'"system_fingerprint"'
 
 
 def _has_usage(block: bytes) -> bool:
@@ -65,6 +71,11 @@ async def relay_events(
                     if cut <= 1:
                         pending = data
                         continue
+                if not keep_usage and lf_only:
+                    cut = _hold_finish(data, cut)  # it may take the usage chunk's fingerprint
+                    if cut <= 1:
+                        pending = data
+                        continue
                 block, pending = data[:cut], data[cut:]
                 if _has_usage(block):
                     block, lone_lf = _take_usage(block, keep_usage, stats)
@@ -93,19 +104,34 @@ async def relay_events(
         yield sse.error(f"the inference backend failed mid-stream: {stats.error}", "upstream_error", "stream_broken")
 
 
+def _hold_finish(data: bytes, cut: int) -> int:
+    """Where to cut ``data`` (complete events end at ``cut``, LF framing) so that a
+    finish chunk that ends them waits for the next event."""
+    start = data.rfind(b"\n\n", 0, cut - 2) + 2  # 1: the first event
+    start = 0 if start == 1 else start
+    last = data[start:cut]
+    if _FINISH.search(last) and _FINGERPRINT not in last:
+        return start if start > 0 else 1
+    return cut
+
+
 def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> tuple[bytes, bool]:
     """Read the usage from the events that carry it; drop a usage-only chunk (the one
-    the gateway asked for) when the client did not ask. A content chunk that carries
-    usage (TGI's way) goes out as it came. Also says whether the block's last event
-    was dropped and ended in CR (an LF that follows is then dropped too)."""
+    the gateway asked for) when the client did not ask, and give its fingerprint to the
+    finish chunk before it. A content chunk that carries usage (TGI's way) goes out as
+    it came. Also says whether the block's last event was dropped and ended in CR (an LF
+    that follows is then dropped too)."""
     out: list[bytes] = []
     dropped_cr = False
+    finish: int | None = None  # where in out the last finish chunk is
     for raw in sse.split_events(block):
         dropped_cr = False
+        if _FINISH.search(raw):
+            finish = len(out)
         if not _has_usage(raw):
             out.append(raw)
             continue
-        usage_only = False
+        usage_only, fingerprint = False, None
         for event in sse.parse(raw):
             try:
                 chunk = orjson.loads(event.data)
@@ -114,12 +140,21 @@ def _take_usage(block: bytes, keep_usage: bool, stats: StreamStats) -> tuple[byt
             if isinstance(chunk, dict) and isinstance(usage := chunk.get("usage"), dict):
                 stats.usage = usage
                 usage_only = not chunk.get("choices")
+                fingerprint = chunk.get("system_fingerprint")
         if usage_only and not keep_usage:
+            if isinstance(fingerprint, str) and finish is not None and _FINGERPRINT not in out[finish]:
+                out[finish] = _stamp(out[finish], fingerprint)
             dropped_cr = raw.endswith(b"\r")
             out.append(raw[: len(raw) - len(raw.lstrip(b"\r\n"))])  # line ends before it are the last event's
             continue
         out.append(raw)
     return b"".join(out), dropped_cr
+
+
+def _stamp(raw: bytes, fingerprint: str) -> bytes:
+    """The finish chunk ``raw`` as the engine writes it when it is the stream's last."""
+    end = raw.rfind(b"}")
+    return raw[:end] + b',"system_fingerprint":' + orjson.dumps(fingerprint) + raw[end:] if end >= 0 else raw
 
 
 class RelayResponse(StreamingResponse):

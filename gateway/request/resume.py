@@ -12,13 +12,16 @@ prompt followed by the text. ``max_tokens`` shrinks by the tokens already produc
 ``Transcript`` reads every event the client is sent and stitches the parts into one
 response: one ``id`` and ``created``, one role chunk, the content continuing where it
 paused, one ``finish_reason``, and usage with the original ``prompt_tokens`` and the
-``completion_tokens`` of every part summed. Output tokens are counted as content
-events (one token each, as engines stream them); a part that ends normally reports its
-own usage, which replaces the count.
+``completion_tokens`` of every part summed. Output tokens are counted exactly where the
+engine tells them: such a stream asks for ``continuous_usage_stats`` (vLLM, SGLang), so
+each chunk carries the part's running count, which is taken and cut from the chunk
+(``,"usage":{...}``, byte for byte what the engine adds) unless the client asked for it
+too. An engine that does not tell is counted one token per content event.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -27,6 +30,8 @@ from gateway import sse
 from gateway.schemas import Carried, Endpoint, InferenceRequest
 
 PAUSED = sse.comment("paused")  # keeps the client's stream (and proxies between) awake
+# the running usage an engine adds to a chunk (flat, or with one level of details)
+_RUNNING_USAGE = re.compile(rb',"usage": ?\{(?:[^{}]|\{[^{}]*\})*\}')
 
 
 def _json(event: sse.Event) -> dict[str, Any] | None:
@@ -42,8 +47,9 @@ def _json(event: sse.Event) -> dict[str, Any] | None:
 class Transcript:
     """What a resumable stream has produced so far, read from the events it relays."""
 
-    def __init__(self, chat: bool) -> None:
+    def __init__(self, chat: bool, keep_running_usage: bool = False) -> None:
         self.chat = chat
+        self.keep_running_usage = keep_running_usage  # the client asked for usage on every chunk
         self._text: list[str] = []
         self.tokens = 0  # output tokens the client has been sent
         self.tool_call = False  # a tool-call delta was seen: it cannot be resumed
@@ -71,10 +77,12 @@ class Transcript:
     def read(self, block: bytes) -> bytes:
         """Take in one relayed block; from the second part on, rewrite it as part of the first."""
         if self.part == 0:
-            for event in sse.parse(block):
-                if (data := _json(event)) is not None:
-                    self._take(data)
-            return block
+            if b'"usage"' not in block:
+                for event in sse.parse(block):
+                    if (data := _json(event)) is not None:
+                        self._take(data)
+                return block
+            return b"".join(self._first_part_event(raw) for raw in sse.split_events(block))
         out: list[bytes] = []
         for raw in sse.split_events(block):
             events = sse.parse(raw)
@@ -87,9 +95,24 @@ class Transcript:
             data["id"], data["created"] = self.id, self.created
             usage = data.get("usage")
             if isinstance(usage, dict):
-                data["usage"] = self.summed(usage)
+                if data.get("choices") and not self.keep_running_usage:
+                    del data["usage"]  # a running count the client did not ask for
+                else:
+                    data["usage"] = self.summed(usage)
             out.append(sse.data(orjson.dumps(data)))
         return b"".join(out)
+
+    def _first_part_event(self, raw: bytes) -> bytes:
+        """One event of the first part, as it came but for a running usage the client
+        did not ask for."""
+        events = sse.parse(raw)
+        data = _json(events[0]) if len(events) == 1 else None
+        if data is None:
+            return raw
+        self._take(data)
+        if data.get("choices") and isinstance(data.get("usage"), dict) and not self.keep_running_usage:
+            return _RUNNING_USAGE.sub(b"", raw, count=1)
+        return raw
 
     def carry(self) -> Carried:
         """What the next part carries: the text so far and its tokens."""
@@ -125,11 +148,15 @@ class Transcript:
                 return "role"
         else:
             text = choice.get("text")
+        kind = "other"
         if isinstance(text, str) and text:
             self._text.append(text)
             self.tokens += 1
-            return "content"
-        return "other"
+            kind = "content"
+        usage = data.get("usage")
+        if isinstance(usage, dict) and isinstance(made := usage.get("completion_tokens"), int):
+            self.tokens = self.carried + made  # the engine's own count of this part's tokens
+        return kind
 
 
 # Constrained decoding: the engine's grammar would start over on a continuation, from the

@@ -47,6 +47,7 @@ from loadtests.engines.vllm import (
     VllmSpec,
     build_model,
     find_python,
+    metric,
     running_vllm,
     vllm_version,
 )
@@ -71,6 +72,9 @@ METRICS = (
     ("concurrency limit, median", "limit", "limit"),
     ("pauses per request", "pauses", "pauses_per_request"),
     ("re-read prefill share", "pauses", "resume_prefill_share"),
+    ("engine: prompt tokens computed", "engine", "prompt_computed"),
+    ("engine: prefix-cache hit share", "engine", "hit_share"),
+    ("engine: generated / delivered tokens", "engine", "generated_vs_delivered"),
 )
 
 
@@ -92,8 +96,8 @@ def _value(row: dict[str, Any], cls: str, key: str) -> float | None:
         return statistics.median(limits) if limits else None
     if cls == "tokens":
         part = row.get("tokens") or {}
-    elif cls == "pauses":
-        part = row.get("pauses") or {}
+    elif cls in ("pauses", "engine"):
+        part = row.get(cls) or {}
     else:
         part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
     value = part.get(key)
@@ -123,6 +127,10 @@ def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("long E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "long", "e2e_p99_s"),
         ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps"),
         ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps"),
+        ("short TTFT p99, direct / short_first_preempt", "direct", "short_first_preempt", "short", "ttft_p99_s"),
+        ("medium E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "medium", "e2e_p99_s"),
+        ("engine prompt tokens computed, short_first_preempt / fifo", "short_first_preempt", "fifo", "engine",
+         "prompt_computed"),
         ("short TTFT p99, short_first_preempt / oracle_preempt", "short_first_preempt", "oracle_preempt", "short",
          "ttft_p99_s"),
     )
@@ -259,10 +267,15 @@ def run(args: argparse.Namespace) -> int:
             order = cfg.modes[rep % len(cfg.modes):] + cfg.modes[: rep % len(cfg.modes)]
             for load in cfg.loads:
                 for mode in order:
+                    counters, load_before = engine.metrics(), os.getloadavg()
                     row, records = run_arm(cfg, workload, catalog, mode, load, load * capacity["rps"], None,
                                            direct, redis_url, thresholds, logs, trained)
                     row["repeat"] = rep
-                    row["tokens"] = token_accounting([record_json(r) for r in records], cfg.warmup_s)
+                    row["load_average"] = {"before": [round(x, 2) for x in load_before],
+                                           "after": [round(x, 2) for x in os.getloadavg()]}
+                    as_json = [record_json(r) for r in records]
+                    row["tokens"] = token_accounting(as_json, cfg.warmup_s)
+                    row["engine"] = engine_accounting(counters, engine.metrics(), as_json)
                     runs.append(row)
                     write_records(cfg.out / "runs" / f"{mode}-{load}-r{rep}.jsonl", records)
     report = {
@@ -320,6 +333,23 @@ def token_accounting(records: list[dict[str, Any]], warmup_s: float) -> dict[str
     short = sum(1 for r in ok if (r["output_tokens"] or 0) < r["planned_tokens"])
     return {"planned": planned, "reported": reported, "requests_reported_short": short,
             "reported_vs_planned": round(reported / planned, 4) if planned else None}
+
+
+def engine_accounting(before: dict[str, float], after: dict[str, float], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What vLLM itself counted over one run (its ``/metrics`` before and after): prompt
+    tokens it was sent, found in its prefix cache, and computed; output tokens it
+    generated, against those the clients were delivered (every request of the run)."""
+
+    def delta(name: str) -> float:
+        return metric(after, name) - metric(before, name)
+
+    prompt, cached = delta("vllm:prompt_tokens_total"), delta("vllm:prompt_tokens_cached_total")
+    queries, hits = delta("vllm:prefix_cache_queries_total"), delta("vllm:prefix_cache_hits_total")
+    generated = delta("vllm:generation_tokens_total")
+    delivered = sum(int(r.get("output_tokens") or 0) for r in records)
+    return {"prompt_tokens": int(prompt), "prompt_cached": int(cached), "prompt_computed": int(prompt - cached),
+            "hit_share": round(hits / queries, 4) if queries else None, "generated": int(generated),
+            "delivered": delivered, "generated_vs_delivered": round(generated / delivered, 4) if delivered else None}
 
 
 def rebuild(path: Path, runs_dir: Path | None = None) -> str:

@@ -10,6 +10,14 @@ keeps the counters of the last scrape and folds each interval's rates into a mov
 average; where an engine shows nothing (other engines, no traffic yet), the gateway's
 own measured time per output token and :class:`~scheduler.types.ResumeCost`'s defaults
 stand in. Which names to read is the engine profile's business (``engines.py``).
+
+Prefill time is fitted, not divided: a request's prefill costs a step's overhead besides
+its tokens (on vLLM's CPU build about 15 ms, then 0.11-0.13 ms a token), so the time
+over the tokens of short prompts overstates a token tenfold. Each interval gives its
+requests, tokens and prefill seconds; a least-squares fit of seconds = overhead ×
+requests + per-token × tokens over the recent intervals (older ones weigh less) gives
+both. While the intervals cannot tell the two apart (every one with the same mean
+prompt), the quotient stands, an upper bound.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from scheduler.types import ResumeCost
 
 WEIGHT = 0.3  # of each new interval in the moving averages
+KEEP = 0.9  # of the fit's sums at each new interval
 # Where the engine does not say: a prompt token costs this share of an output token's
 # time (engines compute prompt tokens in parallel; a decode step makes one token a stream)
 PREFILL_SHARE = 0.05
@@ -30,7 +39,7 @@ _BLOCK = re.compile(r'block_size="(\d+)"')
 class CostNames:
     """The engine's metric names the meter reads (counters and histogram sums/counts)."""
 
-    prefill_time: str  # histogram: seconds its requests spent in prefill (_sum)
+    prefill_time: str  # histogram: seconds its requests spent in prefill (_sum, _count)
     computed: str  # histogram of prompt tokens computed per request (_sum); "" : prompt - cached
     prompt: str  # counter: prompt tokens
     cached: str  # counter: prompt tokens found in the prefix cache
@@ -51,7 +60,7 @@ VLLM_COSTS = CostNames(
 def read(text: str, names: CostNames) -> tuple[dict[str, float], int | None]:
     """The counters ``names`` names (summed over label sets), and the block size."""
     wanted = {
-        names.prefill_time + "_sum", names.computed + "_sum", names.prompt, names.cached, names.queries, names.hits,
+        names.prefill_time + "_sum", names.prefill_time + "_count", names.computed + "_sum", names.prompt, names.cached, names.queries, names.hits,
         names.token_time + "_sum", names.token_time + "_count",
     }
     sums: dict[str, float] = {}
@@ -88,7 +97,9 @@ class CostMeter:
     prefill_s: float | None = None
     hit: float | None = None
     block: int | None = None
+    prefill_base_s: float = 0.0
     _last: dict[str, float] = field(default_factory=dict)
+    _fit: list[float] = field(default_factory=lambda: [0.0] * 5)  # decayed sums: cc ct tt cy ty
 
     def observe(self, text: str) -> None:
         """Fold one scrape in: the rates since the last one."""
@@ -108,11 +119,25 @@ class CostMeter:
         if computed <= 0:
             computed = delta(n.prompt) - delta(n.cached)
         if (prefill := delta(n.prefill_time + "_sum")) > 0 and computed > 0:
-            self.prefill_s = _blend(self.prefill_s, prefill / computed)
+            self._fit_prefill(delta(n.prefill_time + "_count"), computed, prefill)
         if (queries := delta(n.queries)) > 0:
             self.hit = _blend(self.hit, min(1.0, delta(n.hits) / queries))
         if (count := delta(n.token_time + "_count")) > 0:
             self.tpot_s = _blend(self.tpot_s, delta(n.token_time + "_sum") / count)
+
+    def _fit_prefill(self, requests: float, tokens: float, seconds: float) -> None:
+        f = self._fit
+        for i, v in enumerate((requests * requests, requests * tokens, tokens * tokens, requests * seconds,
+                               tokens * seconds)):
+            f[i] = KEEP * f[i] + v
+        cc, ct, tt, cy, ty = f
+        det = cc * tt - ct * ct
+        if det > 1e-6 * cc * tt:  # the intervals' mean prompts differ enough to tell the two apart
+            base, per_token = (cy * tt - ct * ty) / det, (cc * ty - ct * cy) / det
+            if base >= 0 and per_token > 0:
+                self.prefill_base_s, self.prefill_s = base, per_token
+                return
+        self.prefill_base_s, self.prefill_s = 0.0, _blend(self.prefill_s, seconds / tokens)
 
     def cost(self, measured_tpot_s: float | None = None) -> ResumeCost:
         """What a resume costs now: the engine's figures, else the gateway's measured time
@@ -123,4 +148,5 @@ class CostMeter:
         return replace(
             c, tpot_s=tpot or c.tpot_s, prefill_s=prefill,
             hit=self.hit if self.hit is not None else c.hit, block=self.block or c.block,
+            prefill_base_s=self.prefill_base_s if self.prefill_s else c.prefill_base_s,
         )

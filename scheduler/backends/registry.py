@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -385,4 +385,5 @@ def _view(b: BackendState) -> dict[str, object]:
         "engine": {"running": e.running, "waiting": e.waiting, "kv_cache_usage": e.kv_usage},
         "weight": b.config.weight, "engine_priority": b.config.engine_priority,
         "engine_profile": b.profile.name, "engine_source": b.engine_source,
+        "resume_cost": asdict(b.record().cost),
     }

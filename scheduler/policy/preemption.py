@@ -33,9 +33,9 @@ slot on any backend serving its model:
   only once it has shown it is not;
 - **pays** (``cost``): the urgent request would otherwise wait until the first slot
   frees (the least expected remaining time of the leases on those backends); that
-  wait must be at least the resume's cost — its re-read time (prompt plus output,
-  less the prefix cache's expected hits, times the backend's prefill time per token)
-  times the streams on that backend, which all wait for it;
+  wait must be at least the resume's cost — its re-read time (one prefill's overhead,
+  and prompt plus output, less the prefix cache's expected hits, at the backend's
+  prefill time per token) times the streams on that backend, which all wait for it;
 - **budget**: the backend's re-read budget (a share ``budget`` of its time, refilled
   continuously, holding at most ``window`` seconds of it) covers the cost;
 - of those left, the one that has run longest (least attained service goes first).
@@ -135,11 +135,12 @@ def remaining(predicted: int, attained: int) -> float:
 
 
 def resume_cost_s(r: Running, cost: ResumeCost) -> float:
-    """Seconds of prefill a continuation of ``r`` costs its backend: prompt plus output
-    so far, less the full cache blocks its prefix cache is expected to hold."""
+    """Seconds of prefill a continuation of ``r`` costs its backend: one prefill's
+    overhead, and its tokens (prompt plus output so far, less the full cache blocks its
+    prefix cache is expected to hold)."""
     tokens = r.prompt + max(0, r.attained)
     cached = cost.hit * cost.block * (tokens // cost.block) if cost.block > 0 else 0.0
-    return (tokens - cached) * cost.prefill_s
+    return cost.prefill_base_s + (tokens - cached) * cost.prefill_s
 
 
 def budget_now(level: float | None, since: float, now: float, rule: PauseRule) -> float:

@@ -28,8 +28,9 @@ pause message           P | lease | backend | reason      (its slot went to a mo
                         reason: ``wait=<s>,cost=<s>``, what the pause gained and cost)
 progress (``P:progress``) attained | prompt               (output tokens so far; the prompt's
                         tokens, as the owner estimated them)
-resume cost (``P:costs``) tpot | prefill | hit | block     (types.ResumeCost: seconds per output
-                        token, per prompt token computed; expected cache hit share; block size)
+resume cost (``P:costs``) tpot | prefill | hit | block | base  (types.ResumeCost: seconds per
+                        output token, per prompt token computed; expected cache hit share; block
+                        size; seconds one prefill costs besides its tokens)
 budget (``P:budget``)   level | since                     (re-read seconds left; Redis time)
 ======================  ==================================================================
 """
@@ -193,14 +194,14 @@ def parse_progress(raw: bytes | str) -> tuple[int, int]:
 
 
 def pack_cost(c: ResumeCost) -> str:
-    return SEP.join((_num(c.tpot_s), _num(c.prefill_s), _num(c.hit), str(c.block)))
+    return SEP.join((_num(c.tpot_s), _num(c.prefill_s), _num(c.hit), str(c.block), _num(c.prefill_base_s)))
 
 
 def parse_cost(raw: bytes | str | None) -> ResumeCost:
     if not raw:
         return ResumeCost()
-    f = _text(raw).split(SEP)
-    return ResumeCost(float(f[0]), float(f[1]), float(f[2]), int(float(f[3])))
+    f = _text(raw).split(SEP) + ["0"]
+    return ResumeCost(float(f[0]), float(f[1]), float(f[2]), int(float(f[3])), float(f[4] or 0))
 
 
 def parse_budget(raw: bytes | str | None) -> tuple[float, float] | None:

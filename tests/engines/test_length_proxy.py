@@ -16,7 +16,7 @@ from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.vllm import VllmServer
 from scheduler.queue.keys import PoolKeys
 from tests.engines.test_vllm import LONG, SHORT, engine_idle, engine_metric, events, on_engine, stream
-from tests.support import eventually, running_app
+from tests.support import eventually, progress_past, running_app
 
 LISTED = {"Tell me about queues.": 23, "Once upon a time": 17}
 
@@ -76,7 +76,8 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
     lengths = {"a long story": 3000, "quick": 5}
     with running_app(LengthProxy(vllm.url, dict(lengths))) as sidecar:
         url = engine_gateway({"url": sidecar, "max_concurrency": 1, "adaptive": False, "resume": "vllm"},
-                             preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600)
+                             preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600,
+                             pause_budget=1.0, pause_window_s=3600)  # the mechanism, whatever the budget
         keys = PoolKeys(prefix, "default")
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         before = await engine_metric(vllm, "vllm:generation_tokens_total")
@@ -85,10 +86,7 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
             victim = asyncio.create_task(stream(http, url, {**body, "messages": [
                 {"role": "user", "content": "a long story"}]}, LONG))
 
-            async def progressed() -> bool:
-                return any(int(v) > 4 for v in (await engine_redis.hgetall(keys.progress)).values())
-
-            await eventually(progressed, within_s=120)
+            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
             short = await stream(http, url, {**body, "messages": [{"role": "user", "content": "quick"}]}, SHORT)
             raw = await victim
         await on_engine(lambda: engine_idle(vllm), within_s=60)

@@ -21,7 +21,7 @@ from loadtests.engines.vllm import VllmServer, metric
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
 from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS
-from tests.support import eventually
+from tests.support import eventually, progress_past
 
 LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: lowest engine priority, may be paused
 SHORT = {"x-triage-expected-tokens": "5"}
@@ -127,6 +127,26 @@ async def test_streams_pass_through_and_usage_is_kept_only_when_asked(
         assert with_usage == []
     finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
     assert finishes == ["length"]
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+async def test_a_stream_that_may_be_paused_reaches_the_client_as_vllm_sends_it(
+    vllm: VllmServer, engine_gateway: Callable[..., str], make: Callable[..., dict]
+) -> None:
+    """A stream on a backend that can resume asks vLLM for its running token count
+    (``continuous_usage_stats``) and cuts it out of every chunk again: the client gets
+    the chunks vLLM sends a client that did not ask (greedy, so the same text)."""
+    url = engine_gateway({"resume": "vllm"}, preempt=True)
+    body = make(vllm, 24, True, None, "the same words") | {"temperature": 0}
+    async with httpx.AsyncClient(timeout=120) as http:
+        through = events(await stream(http, url, body))
+        direct = events(await stream(http, vllm.url, body))
+
+    def plain(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k not in ("id", "created")} for e in chunks]
+
+    assert plain(through) == plain(direct) and not any("usage" in e for e in through)
+    assert len(text_of(through)) > 0
 
 
 async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
@@ -313,19 +333,19 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     # max_slack_s: the short request may pause the long one however slowly a busy machine
     # brought the long one to its first tokens (the starvation bound counts from its arrival)
     url = engine_gateway({"max_concurrency": 1, "adaptive": False, "resume": "vllm"},
-                         preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600)
+                         preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600,
+                         pause_budget=1.0, pause_window_s=3600)  # the mechanism, whatever the budget
     keys = PoolKeys(prefix, "default")
     await on_engine(lambda: engine_idle(vllm), within_s=60)
     async with httpx.AsyncClient(timeout=600) as http:
         victim = asyncio.create_task(stream(http, url, make(vllm, VICTIM_TOKENS, True, True, "a long story"), LONG))
 
-        async def progressed() -> bool:
-            return any(int(v) > 4 for v in (await engine_redis.hgetall(keys.progress)).values())
-
-        await eventually(progressed, within_s=120)
+        await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
         short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
         raw = await victim
         view = (await http.get(f"{url}/admin/backends")).json()["backends"][0]  # should the pause be missing
+        view["pool_stats"] = await engine_redis.hgetall(keys.stats)  # why no pause, if none
+        view["resume_cost"] = await engine_redis.hgetall(keys.costs)
     assert events(short)[-1]["usage"]["completion_tokens"] == 5
     assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), view
     chunks = events(raw)

@@ -181,3 +181,29 @@ async def test_any_split_of_any_framing_relays_the_same_bytes(
     # each block holds whole events (or is the LF of a CRLF whose CR ended the last one)
     assert all(sse.event_end(block) or not block.strip(b"\r\n") for block in blocks)
     assert stats.usage is not None and stats.completed and stats.events == 5 - (not keep)
+
+
+# vLLM stamps its fingerprint on a stream's last chunk: the usage chunk when usage was asked
+# for (as the gateway always asks), the finish chunk when it was not
+FP = b'"system_fingerprint":"vllm-0.32.0-aca2e370"'
+FINISH_BARE = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
+FINISH_STAMPED = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"length"}],' + FP + b"}\n\n"
+USAGE_STAMPED = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},'
+                 + FP + b"}\n\n")
+
+
+@pytest.mark.parametrize("size", [1, 5, 64, len(FINISH_BARE), len(FINISH_BARE) + 3, 10_000])
+async def test_the_fingerprint_of_a_stripped_usage_chunk_goes_to_the_finish_chunk(size: int) -> None:
+    stream = ROLE + HELLO + FINISH_BARE + USAGE_STAMPED + DONE
+    blocks, stats = await relay(split_everywhere(stream, size))
+    assert b"".join(blocks) == ROLE + HELLO + FINISH_STAMPED + DONE  # what vLLM sends a client that did not ask
+    assert stats.usage == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    blocks, _ = await relay(split_everywhere(stream, size), keep_usage=True)
+    assert b"".join(blocks) == stream  # asked for: as the engine sent it
+
+
+async def test_a_finish_chunk_without_a_usage_chunk_after_it_goes_out_as_it_came() -> None:
+    blocks, _ = await relay([ROLE + FINISH_BARE, DONE])
+    assert b"".join(blocks) == ROLE + FINISH_BARE + DONE
+    blocks, stats = await relay([ROLE + FINISH_BARE])  # the stream ends there
+    assert b"".join(blocks) == ROLE + FINISH_BARE and stats.completed

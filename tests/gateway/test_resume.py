@@ -87,9 +87,57 @@ def test_a_continuation_asks_for_the_rest(endpoint: Endpoint) -> None:
         t.read(chunk(word) if t.chat else event({"id": "x", "created": 1, "choices": [{"index": 0, "text": word}]}))
     body = orjson.loads(req.upstream_body(None, t.carry()))
     assert body["max_tokens"] == 47 and body["temperature"] == 0.3
-    assert body["stream_options"] == {"include_usage": True}
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}  # counted exactly
     if t.chat:
         assert body["messages"][-1] == {"role": "assistant", "content": " a b c"}
         assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
     else:
         assert body["prompt"] == "Once a b c"
+
+
+def test_a_stream_that_may_be_paused_asks_for_its_running_count_and_others_do_not() -> None:
+    req = request(Endpoint.CHAT, stream_options={"include_usage": False})
+    assert orjson.loads(req.upstream_body(None, counted=True))["stream_options"] == {
+        "include_usage": True, "continuous_usage_stats": True,
+    }
+    assert orjson.loads(req.upstream_body(None))["stream_options"] == {"include_usage": True}
+    whole = request(Endpoint.CHAT, stream=False)
+    assert "stream_options" not in orjson.loads(whole.upstream_body(None, counted=True))
+
+
+# vLLM 0.32's chunks with continuous_usage_stats: the running usage follows the choices
+# (model_dump_json(exclude_unset=True)); without it the same chunk ends at the choices
+RUNNING = (
+    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"content":" the cat sat"},"logprobs":null,"finish_reason":null}],'
+    b'"usage":{"prompt_tokens":9,"total_tokens":%d,"completion_tokens":%d,"completion_tokens_details":null}}\n\n'
+)
+PLAIN = (
+    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"content":" the cat sat"},"logprobs":null,"finish_reason":null}]}\n\n'
+)
+
+
+def test_merged_tokens_are_counted_as_the_engine_counts_them_and_the_running_usage_is_cut() -> None:
+    t = Transcript(chat=True)
+    # the engine fell behind: three tokens in one chunk, then three more
+    assert t.read(RUNNING % (12, 3)) == PLAIN  # the bytes the engine sends without the option
+    assert t.tokens == 3
+    assert t.read(RUNNING % (15, 6) + RUNNING % (16, 7)) == PLAIN + PLAIN
+    assert t.tokens == 7
+
+
+def test_a_client_that_asked_for_the_running_usage_keeps_it() -> None:
+    t = Transcript(chat=True, keep_running_usage=True)
+    assert t.read(RUNNING % (12, 3)) == RUNNING % (12, 3)
+    assert t.tokens == 3
+
+
+def test_a_continuation_counts_from_what_it_carried_and_cuts_its_running_usage() -> None:
+    t = Transcript(chat=True)
+    t.read(RUNNING % (12, 3))
+    t.next_part()
+    out = t.read(RUNNING % (20, 2))  # the continuation's own count: 2 more
+    assert t.tokens == 5
+    data = orjson.loads(out.removeprefix(b"data: "))
+    assert "usage" not in data and data["choices"][0]["delta"]["content"] == " the cat sat"

@@ -97,6 +97,14 @@ def streams(draw: st.DrawFn) -> tuple[bytes, list[Event]]:
     return "".join(out).encode(), events
 
 
+def test_a_crlf_split_before_its_lf_and_a_blank_line_after_it() -> None:
+    """CR | LF | LF: the first LF completes the CR LF, the second is the blank line that
+    ends the event (a parser that kept 'after a CR' past the LF it dropped ate it too)."""
+    parser = Parser()
+    assert parser.feed(b"data: x\r") == [] and parser.feed(b"\n") == []
+    assert parser.feed(b"\n") == [Event("x", "message", "", None)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(streams(), st.lists(st.integers(1, 40), max_size=30))
 def test_any_split_gives_the_same_events(stream: tuple[bytes, list[Event]], cuts: list[int]) -> None:

@@ -48,3 +48,24 @@ def test_token_accounting_compares_what_clients_were_told_with_the_true_lengths(
                {"ok": False, "start_s": 8.0, "planned_tokens": 500, "output_tokens": None}]
     assert token_accounting(records, 5.0) == {"planned": 400, "reported": 340, "requests_reported_short": 1,
                                               "reported_vs_planned": 0.85}
+
+
+def test_engine_accounting_counts_from_vllms_own_counters() -> None:
+    from loadtests.engines.bench import engine_accounting
+
+    labels = '{engine="0",model_name="tiny"}'
+    before = {f"vllm:prompt_tokens_total{labels}": 1000.0, f"vllm:prompt_tokens_cached_total{labels}": 100.0,
+              f"vllm:generation_tokens_total{labels}": 5000.0, f"vllm:prefix_cache_queries_total{labels}": 1000.0,
+              f"vllm:prefix_cache_hits_total{labels}": 100.0}
+    after = {f"vllm:prompt_tokens_total{labels}": 4000.0, f"vllm:prompt_tokens_cached_total{labels}": 1300.0,
+             f"vllm:generation_tokens_total{labels}": 5510.0, f"vllm:prefix_cache_queries_total{labels}": 5000.0,
+             f"vllm:prefix_cache_hits_total{labels}": 1100.0}
+    records = [{"output_tokens": 300}, {"output_tokens": 200}, {"output_tokens": None}]  # a failure delivered none
+    assert engine_accounting(before, after, records) == {
+        "prompt_tokens": 3000, "prompt_cached": 1200, "prompt_computed": 1800, "hit_share": 0.25,
+        "generated": 510, "delivered": 500, "generated_vs_delivered": 1.02,
+    }
+    rows = [dict(row("fifo", 0, 4.0, 100.0), engine={"prompt_computed": 1000}),
+            dict(row("short_first_preempt", 0, 1.0, 95.0), engine={"prompt_computed": 1250})]
+    ratios = {r["ratio"]: r for r in paired_ratios(rows)}
+    assert ratios["engine prompt tokens computed, short_first_preempt / fifo"]["values"] == [1.25]

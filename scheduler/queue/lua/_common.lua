@@ -16,7 +16,7 @@
 --   lost message:          L|<ticket>|lost   (a waited-for ticket the queue no longer has)
 --   pause message:         P|<lease>|<backend>|wait=<s>,cost=<s>  (its slot went to a more urgent ticket)
 --   progress in K.progress: attained|prompt   (output tokens so far; the prompt's tokens)
---   cost in K.costs:       tpot|prefill|hit|block  (what a resume costs a backend)
+--   cost in K.costs:       tpot|prefill|hit|block|base  (what a resume costs a backend)
 --   budget in K.budget:    level|since       (re-read seconds left; when)
 
 local function pool_keys(base)
@@ -155,9 +155,9 @@ end
 -- What a resume costs a backend (types.ResumeCost; its defaults where none was written).
 local function parse_cost(packed)
   if not packed then
-    return {tpot = 0.05, prefill = 0.0025, hit = 0, block = 16}
+    return {tpot = 0.05, prefill = 0.0025, hit = 0, block = 16, base = 0}
   end
   local f = fields(packed)
   return {tpot = tonumber(f[1]) or 0.05, prefill = tonumber(f[2]) or 0.0025, hit = tonumber(f[3]) or 0,
-          block = tonumber(f[4]) or 16}
+          block = tonumber(f[4]) or 16, base = tonumber(f[5]) or 0}
 end

@@ -97,15 +97,15 @@ local function remaining(predicted, attained)
   return math.max(predicted - made, made / 2, 0)
 end
 
--- seconds of prefill a continuation costs: prompt plus output, less the full cache
--- blocks the prefix cache is expected to hold
+-- seconds of prefill a continuation costs: one prefill's overhead, and its tokens (prompt
+-- plus output, less the full cache blocks the prefix cache is expected to hold)
 local function resume_cost_s(l, cost)
   local tokens = l.prompt + math.max(0, l.attained)
   local cached = 0
   if cost.block > 0 then
     cached = cost.hit * cost.block * math.floor(tokens / cost.block)
   end
-  return (tokens - cached) * cost.prefill
+  return cost.base + (tokens - cached) * cost.prefill
 end
 
 -- a backend's re-read budget now: refilled at `budget` seconds per second, at most

@@ -15,7 +15,7 @@ from gateway.app import create_app
 from gateway.settings import Settings
 from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
-from tests.support import MODEL, eventually, running_app
+from tests.support import MODEL, eventually, progress_past, running_app
 
 LONG = {"x-triage-expected-tokens": "1000"}  # medium: it may be paused
 SHORT = {"x-triage-expected-tokens": "5"}
@@ -35,10 +35,6 @@ async def stream(http: httpx.AsyncClient, url: str, body: dict[str, Any], header
 def usage(raw: bytes) -> list[dict[str, Any]]:
     chunks = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
     return [c["usage"] for c in chunks if c.get("usage")]
-
-
-async def progress_past(redis: Redis, keys: PoolKeys, tokens: int) -> bool:
-    return any(made > tokens for made, _ in (await readback.progress(redis, keys)).values())
 
 
 async def rebuilt(redis: Redis, keys: PoolKeys, lease: bytes) -> bool:

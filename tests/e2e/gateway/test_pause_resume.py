@@ -13,11 +13,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.support import MODEL, busy_is, eventually, queue_is
+from tests.support import MODEL, busy_is, eventually, progress_past, queue_is
 
 LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: it may be paused
 SHORT = {"x-triage-expected-tokens": "5"}
@@ -70,10 +69,6 @@ def content(raw: bytes) -> str:
         for c in e.get("choices") or []:
             out.append((c.get("delta") or {}).get("content") or c.get("text") or "")
     return "".join(out)
-
-
-async def progress_past(redis: Redis, keys: PoolKeys, tokens: int) -> bool:
-    return any(made > tokens for made, _ in (await readback.progress(redis, keys)).values())
 
 
 async def paused_count(redis: Redis, keys: PoolKeys) -> int:

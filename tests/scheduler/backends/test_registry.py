@@ -5,6 +5,7 @@ health, models, limit and engine, and what it publishes into the pool's Redis ke
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -183,6 +184,7 @@ async def test_what_a_resume_costs_is_read_from_the_engines_counters_and_publish
     await s.registry.probe_all()
     cost = records.parse_cost(await s.redis.hget(s.keys.costs, "a"))
     assert cost == ResumeCost(tpot_s=pytest.approx(0.01), prefill_s=pytest.approx(0.0005), hit=0.25, block=128)
+    assert s.registry.admin_view()[0]["resume_cost"] == dataclasses.asdict(cost)  # shown in /admin/backends
 
 
 async def test_an_engine_without_metrics_is_not_asked_again(make) -> None:

@@ -124,6 +124,8 @@ def test_a_resume_costs_what_the_cache_does_not_hold() -> None:
     # 300 + 100 tokens: 3 full blocks (384), half of them expected cached: 400 - 192 = 208 computed
     assert resume_cost_s(r("x", 100, prompt=300), cost) == pytest.approx(0.208)
     assert resume_cost_s(r("x", 100, prompt=300), ResumeCost(0.01, 0.001, 0.0, 128)) == pytest.approx(0.4)
+    # and one prefill's overhead, whatever its length
+    assert resume_cost_s(r("x", 100, prompt=300), ResumeCost(0.01, 0.001, 0.0, 128, 0.015)) == pytest.approx(0.415)
 
 
 @pytest.mark.parametrize(("case", "tokens", "at_start", "quantum", "after", "candidate"), [
@@ -143,7 +145,7 @@ def test_the_quantum(case: str, tokens: int, at_start: int, quantum: int, after:
 # -- the twin: the same answer as the dispatch script ----------------------------------
 
 COSTS = {  # values a record writes exactly
-    "cheap": ResumeCost(0.05, 0.00025, 0.5, 16), "dear": ResumeCost(0.01, 0.001, 0.0, 128),
+    "cheap": ResumeCost(0.05, 0.00025, 0.5, 16), "dear": ResumeCost(0.01, 0.001, 0.0, 128, 0.5),
     "default": ResumeCost(),
 }
 

@@ -192,12 +192,12 @@ PAUSE_FORMATS = """
 local attained, prompt = parse_progress(ARGV[1])
 local c = parse_cost(ARGV[2] ~= '' and ARGV[2] or nil)
 return {tostring(attained), tostring(prompt), tostring(c.tpot), tostring(c.prefill), tostring(c.hit),
-        tostring(c.block), pause_message('l1', 'b1', tonumber(ARGV[3]), tonumber(ARGV[4]))}
+        tostring(c.block), pause_message('l1', 'b1', tonumber(ARGV[3]), tonumber(ARGV[4])), tostring(c.base)}
 """
 
 
 @pytest.mark.parametrize(("progress", "cost"), [
-    ((700, 1234), ResumeCost(0.0078, 0.00025, 0.35, 128)),
+    ((700, 1234), ResumeCost(0.0078, 0.00025, 0.35, 128, 0.0125)),
     ((65, 0), ResumeCost()),
 ])
 async def test_lua_reads_progress_and_costs_as_python_writes_them(
@@ -208,19 +208,21 @@ async def test_lua_reads_progress_and_costs_as_python_writes_them(
         common + PAUSE_FORMATS, 0, pack_progress(*progress), pack_cost(cost), 1.25, 0.03
     )]
     assert (int(out[0]), int(out[1])) == progress == parse_progress(pack_progress(*progress))
-    assert ResumeCost(float(out[2]), float(out[3]), float(out[4]), int(out[5])) == cost == parse_cost(pack_cost(cost))
+    assert ResumeCost(float(out[2]), float(out[3]), float(out[4]), int(out[5]), float(out[7])) == cost
+    assert parse_cost(pack_cost(cost)) == cost
     assert parse_message(out[6]) == PauseMessage(MessageKind.PAUSE, "l1", "b1", reason="wait=1.250,cost=0.030")
 
 
 async def test_lua_reads_a_missing_cost_as_pythons_defaults(redis: Redis) -> None:
     common = (resources.files("scheduler.queue") / "lua" / "_common.lua").read_text(encoding="utf-8")
     out = [x.decode() for x in await redis.eval(common + PAUSE_FORMATS, 0, "12", "", 0, 0)]
-    assert ResumeCost(float(out[2]), float(out[3]), float(out[4]), int(out[5])) == ResumeCost() == parse_cost(None)
+    assert ResumeCost(float(out[2]), float(out[3]), float(out[4]), int(out[5]), float(out[7])) == ResumeCost()
+    assert parse_cost(None) == ResumeCost()
     assert (int(out[0]), int(out[1])) == (12, 0) == parse_progress("12")  # a bare count: an older replica's
 
 
 async def test_the_registrys_cost_is_what_the_pool_holds(redis: Redis, keys: PoolKeys) -> None:
     scripts = Scripts(redis, Timing(30.0, 30.0, 64))
-    cost = ResumeCost(0.0078, 0.00025, 0.35, 128)
+    cost = ResumeCost(0.0078, 0.00025, 0.35, 128, 0.015)
     await scripts.set_backend(keys, ME, BackendRecord("b1", 2, models=("m",), resume=True, cost=cost))
     assert parse_cost(await redis.hget(keys.costs, "b1")) == cost

@@ -329,7 +329,10 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     make: Callable[..., dict],
 ) -> None:
     """A long stream holding the only slot is paused for a short request, then resumed by
-    vLLM itself (``continue_final_message`` on chat, prompt + text on completions)."""
+    vLLM itself (``continue_final_message`` on chat, prompt + text on completions). Under
+    greedy decoding the client gets what an unpaused stream of the same request gets: the
+    same text, one role chunk, one finish, the same usage. (Where chunks begin and end is
+    vLLM's own timing — it merges tokens when its server falls behind — in both.)"""
     # max_slack_s: the short request may pause the long one however slowly a busy machine
     # brought the long one to its first tokens (the starvation bound counts from its arrival)
     url = engine_gateway({"max_concurrency": 1, "adaptive": False, "resume": "vllm"},
@@ -338,7 +341,8 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     keys = PoolKeys(prefix, "default")
     await on_engine(lambda: engine_idle(vllm), within_s=60)
     async with httpx.AsyncClient(timeout=600) as http:
-        victim = asyncio.create_task(stream(http, url, make(vllm, VICTIM_TOKENS, True, True, "a long story"), LONG))
+        body = make(vllm, VICTIM_TOKENS, True, True, "a long story") | {"temperature": 0}
+        victim = asyncio.create_task(stream(http, url, body, LONG))
 
         await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
         short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
@@ -346,8 +350,9 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
         view = (await http.get(f"{url}/admin/backends")).json()["backends"][0]  # should the pause be missing
         view["pool_stats"] = await engine_redis.hgetall(keys.stats)  # why no pause, if none
         view["resume_cost"] = await engine_redis.hgetall(keys.costs)
+        unpaused = events(await stream(http, vllm.url, body))  # the same request, straight to vLLM
     assert events(short)[-1]["usage"]["completion_tokens"] == 5
-    assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), view
+    assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), (view["pool_stats"], view["resume_cost"], view)
     chunks = events(raw)
     assert len({e["id"] for e in chunks}) == 1
     finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
@@ -356,4 +361,6 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     assert len(usage) == 1 and usage[0]["completion_tokens"] == VICTIM_TOKENS  # both parts, summed
     if make is chat:
         assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
-    assert text_of(chunks)
+    assert text_of(chunks) == text_of(unpaused) and len(text_of(chunks)) > 0
+    assert usage == [e["usage"] for e in unpaused if e.get("usage")]  # prompt tokens too: the original's
+    assert chunks[-1].get("system_fingerprint") == unpaused[-1].get("system_fingerprint")

@@ -81,7 +81,7 @@ class Backoff:
             finally:
                 waiting.cancel()  # the client left while queued again: the ticket is withdrawn
         except (SchedulerError, GatewayError) as exc:
-            yield sse_event(refused(ex.ctx, job.explain(exc)) if isinstance(exc, SchedulerError) else exc)
+            yield sse_event(ex.failed(refused(ex.ctx, job.explain(exc)) if isinstance(exc, SchedulerError) else exc))
             return
         ex.reset()
 

@@ -39,6 +39,8 @@ class Exchange:
         self.call: BackendCall | None = None  # the current call's span, until it ends
         self.reply: Reply | None = None  # usage and timing of the answer, once known
         self.paused = False  # its slot went to more urgent work: the stream is being closed
+        self.failure: GatewayError | None = None  # the error a stream ended with, after its 200
+        self.refusal: tuple[int, bytes] | None = None  # a backend's refusal a stream ended with: status, body
         self.client_tpot_s: float | None = None  # a stream's time per token as its client saw it
         self._closing: asyncio.Task[None] | None = None
 
@@ -63,6 +65,11 @@ class Exchange:
             UpstreamCall(backend, self.req.endpoint.value, body, headers), stream=self.req.stream
         )
         return self.response
+
+    def failed(self, error: GatewayError) -> GatewayError:
+        """The error this exchange's stream ends with (an answer assembled whole raises it)."""
+        self.failure = error
+        return error
 
     def reset(self) -> None:
         """A new grant: the last call's answer is no longer this request's."""

@@ -32,6 +32,7 @@ from gateway.request.disconnect import DisconnectWatch
 from gateway.request.exchange import Exchange, refused, sse_event
 from gateway.request.relay import RelayResponse
 from gateway.request.resume import PAUSED, Transcript, resumable
+from gateway.request.whole import Shapes, as_stream, collectable
 from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
 from gateway.upstream.client import Upstream, UpstreamError
@@ -62,6 +63,7 @@ class Proxy:
         self.scheduler = scheduler
         self.upstream = upstream
         self.backoff = backoff or Backoff()  # what a backend's 429/503 does
+        self.shapes = Shapes()  # each backend's non-streamed answer: how to rebuild one (whole.py)
 
     async def handle(self, request: Request, req: InferenceRequest, ctx: RequestContext) -> Response:
         inp = PredictInput(
@@ -124,6 +126,10 @@ class Proxy:
         ex.end(result)
 
     async def _call(self, watch: DisconnectWatch, job: Job, ex: Exchange) -> Response:
+        assert job.route is not None
+        whole = job.may_pause and collectable(ex.req, self.shapes, job.route.backend.name)
+        if whole:  # streamed upstream so that it may be paused; answered whole
+            ex = Exchange(self.upstream, as_stream(ex.req), ex.ctx)
         try:
             response = await self._open_with_retry(watch, job, ex)
             while self.backoff.applies(response):
@@ -133,6 +139,8 @@ class Proxy:
             self._ended(job, ex, CallResult.client_gone())  # a no-op where a failure has ended the call
             raise
         out = headers(job, ex.ctx)
+        if whole and response.status_code == 200:
+            return await self._whole(watch, job, ex, out)
         if ex.req.stream and response.status_code == 200:
             stats = StreamStats()
             return RelayResponse(self._relay(job, ex, stats), stats, out, partial(self._stream_over, job, ex), watch)
@@ -150,8 +158,32 @@ class Proxy:
         if response.status_code != 200:
             body = client_error(response.status_code, response.content)
             return Response(body, response.status_code, headers=out, media_type="application/json")
+        self.shapes.learn(job.route.backend.name, ex.req.endpoint, response.content)
         media_type = response.headers.get("content-type", "application/json")
         return Response(response.content, response.status_code, headers=out, media_type=media_type)
+
+    async def _whole(self, watch: DisconnectWatch, job: Job, ex: Exchange, out: dict[str, str]) -> Response:
+        """Relay a stream the client did not ask for into a transcript, pausing it as a
+        stream would be; then the answer the backend would have written."""
+        stats, transcript = StreamStats(), Transcript(ex.req.endpoint is Endpoint.CHAT)
+        try:
+            with watch.guard():
+                async for _ in self._relay(job, ex, stats, transcript=transcript):
+                    pass
+        finally:
+            result = await ex.stream_over(stats)
+            job.finish(result, stats.usage)
+            ex.end(result)
+        if ex.failure is not None:
+            raise ex.failure
+        if ex.refusal is not None:
+            status, body = ex.refusal
+            return Response(body, status, headers=out, media_type="application/json")
+        if stats.error is not None or not stats.completed or transcript.finish_reason is None:
+            raise upstream_failed(stats.error or "the stream ended before its answer was complete")
+        assert job.grant is not None
+        body = self.shapes.answer(job.grant.backend, ex.req.endpoint, transcript, stats.usage)
+        return Response(body, 200, headers=headers(job, ex.ctx), media_type="application/json")
 
     async def _stream_over(self, job: Job, ex: Exchange, stats: StreamStats) -> None:
         """A stream's end, however it ended: the upstream closed, the slot back, quotas settled."""
@@ -193,7 +225,7 @@ class Proxy:
                 response = await ex.open(job, body)
             except UpstreamError as exc:
                 self._ended(job, ex, CallResult.failed())
-                yield sse_event(upstream_failed(str(exc)))
+                yield sse_event(ex.failed(upstream_failed(str(exc))))
                 return
             if response.status_code == 200:
                 return
@@ -201,10 +233,11 @@ class Proxy:
                 try:
                     await ex.read_refusal(job, response)
                 except GatewayError as error:
-                    yield sse_event(error)
+                    yield sse_event(ex.failed(error))
                     return
                 self._ended(job, ex, ex.whole(response))
-                yield sse.data(client_error(response.status_code, response.content))  # OpenAI-shaped
+                ex.refusal = (response.status_code, client_error(response.status_code, response.content))
+                yield sse.data(ex.refusal[1])  # OpenAI-shaped
                 return
             async for block in self.backoff.again_in_stream(job, ex, response, self.comment_every_s):
                 yield block
@@ -212,17 +245,20 @@ class Proxy:
                 return
 
     async def _relay(
-        self, job: Job, ex: Exchange, stats: StreamStats, trailer: bytes | None = None
+        self, job: Job, ex: Exchange, stats: StreamStats, trailer: bytes | None = None,
+        transcript: Transcript | None = None,
     ) -> AsyncGenerator[bytes, None]:
         """Relay the stream; one that may be paused, every part of it as one response.
-        ``trailer`` (a comment) goes out just before the stream's ``[DONE]``."""
+        ``trailer`` (a comment) goes out just before the stream's ``[DONE]``; ``transcript``:
+        where to read it into (one of its own if None)."""
         if not (resumable(ex.req) and job.may_pause):
             async for block in ex.relay(stats, trailer):
                 yield block
             return
         ctx = ex.ctx
         options = ex.req.body.get("stream_options") or {}
-        transcript = Transcript(ex.req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")))
+        if transcript is None:
+            transcript = Transcript(ex.req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")))
         resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:
@@ -268,7 +304,7 @@ class Proxy:
                 finally:
                     waiting.cancel()  # the client left while paused: the ticket is withdrawn
             except SchedulerError as exc:
-                yield sse_event(refused(ctx, job.explain(exc)))
+                yield sse_event(ex.failed(refused(ctx, job.explain(exc))))
                 return
             assert job.grant is not None and job.route is not None
             ctx.trace.resumed(job.grant.backend)

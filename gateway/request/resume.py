@@ -55,6 +55,10 @@ class Transcript:
         self.tool_call = False  # a tool-call delta was seen: it cannot be resumed
         self.id: Any = None
         self.created: Any = None
+        self.model: Any = None
+        self.fingerprint: str | None = None  # the engine's system_fingerprint, where it sent one
+        self.finish_reason: Any = None
+        self.stop_reason: Any = None
         self.part = 0  # 0: the first upstream call; n: the n-th continuation
         self.carried = 0  # tokens carried into the current part (sent before it began)
 
@@ -134,11 +138,15 @@ class Transcript:
     def _take(self, data: dict[str, Any]) -> str:
         """Record one event; what it was: role, content, or other."""
         if self.id is None:
-            self.id, self.created = data.get("id"), data.get("created")
+            self.id, self.created, self.model = data.get("id"), data.get("created"), data.get("model")
+        if isinstance(fingerprint := data.get("system_fingerprint"), str):
+            self.fingerprint = fingerprint
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return "other"
         choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason, self.stop_reason = choice["finish_reason"], choice.get("stop_reason")
         if self.chat:
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
             if delta.get("tool_calls"):

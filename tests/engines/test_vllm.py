@@ -364,3 +364,33 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     assert text_of(chunks) == text_of(unpaused) and len(text_of(chunks)) > 0
     assert usage == [e["usage"] for e in unpaused if e.get("usage")]  # prompt tokens too: the original's
     assert chunks[-1].get("system_fingerprint") == unpaused[-1].get("system_fingerprint")
+
+
+async def test_a_paused_whole_request_gets_vllms_own_answer(
+    vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
+) -> None:
+    """A client that does not stream, on vLLM: streamed upstream, paused for a short
+    request, resumed, and answered with the JSON vLLM gives the same request unpaused
+    (greedy): every field vLLM writes, this request's values."""
+    url = engine_gateway({"max_concurrency": 1, "adaptive": False, "resume": "vllm"},
+                         preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600,
+                         pause_budget=1.0, pause_window_s=3600)
+    keys = PoolKeys(prefix, "default")
+    body = chat(vllm, VICTIM_TOKENS, False, None, "a long story") | {"temperature": 0}
+    await on_engine(lambda: engine_idle(vllm), within_s=60)
+    async with httpx.AsyncClient(timeout=600) as http:
+        taught = await http.post(f"{url}/v1/chat/completions", json=chat(vllm, 3, False), headers=SHORT)
+        assert taught.status_code == 200  # its first plain answer: vLLM's shape
+        victim = asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=body, headers=LONG))
+        await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
+        short = await stream(http, url, chat(vllm, 5, True, True, "quick"), SHORT)
+        answer = await victim
+        stats = await engine_redis.hgetall(keys.stats)
+        unpaused = (await http.post(f"{vllm.url}/v1/chat/completions", json=body)).json()
+    assert events(short)[-1]["usage"]["completion_tokens"] == 5
+    assert answer.status_code == 200 and stats.get(b"paused") == b"1", stats
+    got = answer.json()
+    assert list(got) == list(unpaused)  # vLLM's fields, in its order
+    assert {k: v for k, v in got.items() if k not in ("id", "created")} == {
+        k: v for k, v in unpaused.items() if k not in ("id", "created")
+    }

@@ -153,3 +153,30 @@ async def test_no_pause_on_a_backend_that_cannot_resume(
 async def sim_running(sim: str, n: int) -> bool:
     async with httpx.AsyncClient(timeout=10) as http:
         return (await http.get(f"{sim}/sim/stats")).json()["running"] == n
+
+
+async def test_a_paused_whole_request_gets_the_answer_it_would_have_got(
+    paused_gateway: Callable[..., str], slow_sim: str, redis: Redis, prefix: str,
+) -> None:
+    """A client that does not stream: once the backend has answered one such request (its
+    shape), the next is streamed upstream, paused for a short request, resumed, and
+    answered with the JSON the simulator gives the same request unpaused."""
+    url = paused_gateway()
+    keys = PoolKeys(prefix, "default")
+    long_body = chat("write me a long story about queues", 300) | {"stream": False}
+    long_body.pop("stream_options")
+    async with httpx.AsyncClient(timeout=120) as http:
+        direct = (await http.post(f"{slow_sim}/v1/chat/completions", json=long_body)).json()
+        teach = await http.post(f"{url}/v1/chat/completions", json=chat("hello", 3) | {"stream": False}, headers=SHORT)
+        assert teach.status_code == 200
+        victim = asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=long_body, headers=LONG))
+        await eventually(lambda: progress_past(redis, keys, 4), within_s=60)
+        short = await stream(http, url, chat("a quick question", 5), SHORT)
+        assert content(short) and await paused_count(redis, keys) == 1
+        answer = await victim
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/json")
+    got = answer.json()
+    assert {k: v for k, v in got.items() if k not in ("id", "created")} == {
+        k: v for k, v in direct.items() if k not in ("id", "created")
+    }  # the text continued exactly where it paused, the usage summed over both parts
+    assert got["id"].startswith("chatcmpl-")

@@ -159,6 +159,7 @@ class FakeJob:
     start_done: bool = True  # the grant came in the enqueue's reply
     back_off_done: bool = True  # queued again, it is granted at once
     evicted: SchedulerError | None = None  # queued again, it is evicted with this instead
+    pause_evicted: SchedulerError | None = None  # paused, its continuation is evicted with this
     positions: list[int | None] = field(default_factory=lambda: [3])
     rate: float = 2.0
     rate_limits: RateLimits | None = None
@@ -241,6 +242,10 @@ class FakeJob:
     async def pause(self) -> asyncio.Future[Grant]:
         self.events.append(("pause",))
         self.end_part(CallResult.client_gone())
+        if self.pause_evicted is not None:  # its continuation is refused while it waits
+            future: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
+            future.set_exception(self.pause_evicted)
+            return future
         return self._wait(True)
 
     def end_part(self, result: CallResult) -> None:

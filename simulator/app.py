@@ -62,7 +62,7 @@ def create_app(settings: SimSettings) -> FastAPI:
     """The simulator app. Raises ``LengthTableError`` for a bad ``settings.length_table``."""
     profile = settings.resolve_profile()
     model = served_name(settings.dialect, settings.model)
-    metrics = Metrics(model)
+    metrics = Metrics(model, profile.block_size)
     vocab = Vocabulary()
     state = SimState(
         model=model,

@@ -117,6 +117,11 @@ class Engine:
                 if seq.generated == 1 and seq.first_token_at == now:
                     metrics.prompt_tokens += seq.prompt_tokens
                     metrics.ttft.observe(now - seq.arrival)
+                    metrics.prefilled(now - (seq.scheduled_at or now), seq.prefill_computed)
+                elif seq.last_token_at is not None:
+                    metrics.itl_sum += now - seq.last_token_at
+                    metrics.itl_count += 1
+                seq.last_token_at = now
                 if seq.streamed:
                     seq.notify()
             for seq in result.finished:

@@ -66,8 +66,9 @@ class Gauges:
 class Metrics:
     """Everything counted since start (or since the last ``reset``)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, block_size: int = 16) -> None:
         self._labels = f'model_name="{_escape(model)}"'
+        self.block_size = block_size  # told as vLLM tells it: a label of cache_config_info
         self.reset(running=0)
 
     @property
@@ -87,6 +88,18 @@ class Metrics:
         self.peak_running = running  # highest number of sequences running at once
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        # what a resume costs, as vLLM tells it (sums and counts: what a reader of rates needs)
+        self.prefill_s = 0.0  # from each request's first step to its first token
+        self.prefill_requests = 0
+        self.prefill_tokens = 0  # prompt tokens computed for them (cache hits not)
+        self.itl_sum = 0.0  # between a stream's tokens
+        self.itl_count = 0
+
+    def prefilled(self, seconds: float, computed: int) -> None:
+        """A request's first token: its prefill took ``seconds`` and computed ``computed`` tokens."""
+        self.prefill_s += seconds
+        self.prefill_requests += 1
+        self.prefill_tokens += computed
 
     def stats(self, gauges: Gauges) -> dict[str, object]:
         """The ``/sim/stats`` document."""
@@ -151,6 +164,18 @@ class Metrics:
             "vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds."
         )
         self.e2e.render("vllm:e2e_request_latency_seconds", lb, out)
+        metric("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
+        out.append(f'vllm:cache_config_info{{block_size="{self.block_size}",enable_prefix_caching="True"}} 1.0')
+        for name, total, count, help_text in (
+            ("vllm:request_prefill_time_seconds", self.prefill_s, self.prefill_requests,
+             "Seconds requests spent in prefill."),
+            ("vllm:request_prefill_kv_computed_tokens", self.prefill_tokens, self.prefill_requests,
+             "Prompt tokens computed in prefill (cache hits not)."),
+            ("vllm:inter_token_latency_seconds", self.itl_sum, self.itl_count, "Seconds between output tokens."),
+        ):
+            metric(name, "summary", help_text)
+            out.append(f"{name}_sum{{{lb}}} {total}")
+            out.append(f"{name}_count{{{lb}}} {count}")
         out.append("")
         return "\n".join(out)
 

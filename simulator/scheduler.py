@@ -161,6 +161,10 @@ class Scheduler:
             if seq.finished:  # aborted while the step ran
                 continue
             seq.computed += n
+            if seq.first_token_at is None:
+                seq.prefill_computed += n
+                if seq.scheduled_at is None:
+                    seq.scheduled_at = now - plan.duration_s
             self.kv.register(seq)
             if seq.computed < seq.prompt_tokens + seq.generated:
                 continue  # a prefill chunk that did not reach the end of the prompt

@@ -30,6 +30,9 @@ class Sequence:
         "blocks_seen",
         "generated",
         "first_token_at",
+        "scheduled_at",
+        "prefill_computed",
+        "last_token_at",
         "finished_at",
         "finish_reason",
         "dropped",
@@ -60,6 +63,9 @@ class Sequence:
         self.blocks_seen = 0  # leading full blocks already looked up or registered
         self.generated = 0  # output tokens produced so far
         self.first_token_at: float | None = None
+        self.scheduled_at: float | None = None  # when its first step began (vLLM's prefill time counts from it)
+        self.prefill_computed = 0  # prompt tokens computed before its first token (cache hits not)
+        self.last_token_at: float | None = None
         self.finished_at: float | None = None
         self.finish_reason: FinishReason | None = None
         self.dropped = False  # ended by the drop_after fault, not by the client

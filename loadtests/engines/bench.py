@@ -124,8 +124,10 @@ def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("short TTFT p99, fifo / short_first", "fifo", "short_first", "short", "ttft_p99_s"),
         ("short E2E mean, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "e2e_mean_s"),
         ("short E2E mean, fifo / short_first", "fifo", "short_first", "short", "e2e_mean_s"),
+        ("short E2E mean, short_first_preempt / fifo", "short_first_preempt", "fifo", "short", "e2e_mean_s"),
         ("long E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "long", "e2e_p99_s"),
         ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps"),
+        ("output TPS, short_first_preempt / direct", "short_first_preempt", "direct", "overall", "output_tps"),
         ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps"),
         ("short TTFT p99, direct / short_first_preempt", "direct", "short_first_preempt", "short", "ttft_p99_s"),
         ("medium E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "medium", "e2e_p99_s"),
@@ -290,8 +292,7 @@ def run(args: argparse.Namespace) -> int:
         "capacity": capacity,
         "gateway_cost": costs,
         "data_origin": catalog.origin,
-        "summary": aggregate(runs, cfg.modes),
-        "paired_ratios": paired_ratios(runs),
+        "by_load": by_load(runs, cfg.modes),
         "runs": runs,
     }
     write_json(cfg.json_path, report)
@@ -309,19 +310,29 @@ def _fmt(cell: dict[str, Any] | None, whole: bool = False) -> str:
     return f"{m:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
 
 
+def by_load(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per load: the summary over the repeats and the paired ratios (loads never mixed)."""
+    loads = sorted({r["load"] for r in runs})
+    return [{"load": load, "summary": aggregate([r for r in runs if r["load"] == load], modes),
+             "paired_ratios": paired_ratios([r for r in runs if r["load"] == load])} for load in loads]
+
+
 def markdown(report: dict[str, Any]) -> str:
-    """The table: per mode, median over the repeats (min–max)."""
+    """The tables, one per load: per mode, median over the repeats (min–max, the worst
+    repeat at one end); then the ratios paired within each repeat."""
     modes = report["config"]["modes"]
-    lines = ["| metric | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
-    for label, _, _ in METRICS:
-        whole = label in ("requests ok", "failed", "cancelled at drain end")
-        lines.append(f"| {label} | " + " | ".join(_fmt(report["summary"][m][label], whole) for m in modes) + " |")
-    lines.append("")
-    lines.append("| paired ratio (per repeat) | values | median |")
-    lines.append("|---|---|---:|")
-    for r in report["paired_ratios"]:
-        lines.append(f"| {r['ratio']} | {', '.join(f'{v:.2f}' for v in r['values'])} | {r['median']:.2f} |")
-    return "\n".join(lines) + "\n"
+    lines: list[str] = []
+    for part in report["by_load"]:
+        lines += [f"### load {part['load']}", "", "| metric | " + " | ".join(modes) + " |",
+                  "|---|" + "---:|" * len(modes)]
+        for label, _, _ in METRICS:
+            whole = label in ("requests ok", "failed", "cancelled at drain end")
+            lines.append(f"| {label} | " + " | ".join(_fmt(part["summary"][m][label], whole) for m in modes) + " |")
+        lines += ["", "| paired ratio (per repeat) | values | median |", "|---|---|---:|"]
+        for r in part["paired_ratios"]:
+            lines.append(f"| {r['ratio']} | {', '.join(f'{v:.2f}' for v in r['values'])} | {r['median']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def token_accounting(records: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
@@ -365,8 +376,9 @@ def rebuild(path: Path, runs_dir: Path | None = None) -> str:
             records = [orjson.loads(line) for line in records_path.read_bytes().splitlines() if line.strip()]
             row["tokens"] = token_accounting(records, report["config"]["warmup_s"])
     modes = tuple(report["config"]["modes"])
-    report["summary"] = aggregate(report["runs"], modes)
-    report["paired_ratios"] = paired_ratios(report["runs"])
+    report.pop("summary", None)
+    report.pop("paired_ratios", None)
+    report["by_load"] = by_load(report["runs"], modes)
     write_json(path, report)
     return markdown(report)
 

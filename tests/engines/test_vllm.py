@@ -366,8 +366,10 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     assert chunks[-1].get("system_fingerprint") == unpaused[-1].get("system_fingerprint")
 
 
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
 async def test_a_paused_whole_request_gets_vllms_own_answer(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
+    make: Callable[..., dict],
 ) -> None:
     """A client that does not stream, on vLLM: streamed upstream, paused for a short
     request, resumed, and answered with the JSON vLLM gives the same request unpaused
@@ -376,17 +378,18 @@ async def test_a_paused_whole_request_gets_vllms_own_answer(
                          preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600,
                          pause_budget=1.0, pause_window_s=3600)
     keys = PoolKeys(prefix, "default")
-    body = chat(vllm, VICTIM_TOKENS, False, None, "a long story") | {"temperature": 0}
+    body = make(vllm, VICTIM_TOKENS, False, None, "a long story") | {"temperature": 0}
+    path = path_of(body)
     await on_engine(lambda: engine_idle(vllm), within_s=60)
     async with httpx.AsyncClient(timeout=600) as http:
-        taught = await http.post(f"{url}/v1/chat/completions", json=chat(vllm, 3, False), headers=SHORT)
+        taught = await http.post(f"{url}{path}", json=make(vllm, 3, False), headers=SHORT)
         assert taught.status_code == 200  # its first plain answer: vLLM's shape
-        victim = asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=body, headers=LONG))
+        victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers=LONG))
         await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
-        short = await stream(http, url, chat(vllm, 5, True, True, "quick"), SHORT)
+        short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
         answer = await victim
         stats = await engine_redis.hgetall(keys.stats)
-        unpaused = (await http.post(f"{vllm.url}/v1/chat/completions", json=body)).json()
+        unpaused = (await http.post(f"{vllm.url}{path}", json=body)).json()
     assert events(short)[-1]["usage"]["completion_tokens"] == 5
     assert answer.status_code == 200 and stats.get(b"paused") == b"1", stats
     got = answer.json()

@@ -3,7 +3,7 @@ within a repeat (no engine needed: these are the pure parts)."""
 
 from __future__ import annotations
 
-from loadtests.engines.bench import aggregate, markdown, paired_ratios
+from loadtests.engines.bench import aggregate, by_load, markdown, paired_ratios
 
 
 def row(mode: str, repeat: int, ttft_p99: float, tps: float) -> dict:
@@ -31,12 +31,16 @@ def test_ratios_are_paired_within_each_repeat() -> None:
     assert "output TPS, fifo / direct" not in ratios  # no direct run: no ratio
 
 
-def test_the_table_lists_every_mode_with_median_and_range() -> None:
-    report = {"config": {"modes": ["fifo", "short_first_preempt"]},
-              "summary": aggregate(RUNS, ("fifo", "short_first_preempt")), "paired_ratios": paired_ratios(RUNS)}
+def test_the_table_lists_every_mode_with_median_and_range_one_table_per_load() -> None:
+    modes = ("fifo", "short_first_preempt")
+    heavier = [dict(r, load=1.0, overall={**r["overall"], "output_tps": 1.0}) for r in RUNS]
+    report = {"config": {"modes": list(modes)}, "by_load": by_load([dict(r, load=0.9) for r in RUNS] + heavier, modes)}
     text = markdown(report)
+    assert [p["load"] for p in report["by_load"]] == [0.9, 1.0]  # loads never mixed in one figure
     assert "| short TTFT p99 (s) | 6.00 (4.00–9.00) | 1.50 (1.00–3.00) |" in text
     assert "| requests ok | 10 (10–10) | 10 (10–10) |" in text
+    assert "### load 0.9" in text and "### load 1.0" in text
+    assert "| output tok/s | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) |" in text.split("### load 1.0")[1]
 
 
 def test_token_accounting_compares_what_clients_were_told_with_the_true_lengths() -> None:

@@ -33,6 +33,10 @@ async def test_a_streamed_sequence_wakes_its_reader_as_tokens_come_and_is_counte
     assert (m.requests, m.prompt_tokens, m.generation_tokens) == (1, 10, 5)
     assert m.finished[FinishReason.STOP] == 1 and m.ttft.count == 1 and m.e2e.count == 1
     assert m.peak_running == 1 and engine.gauges().running == 0
+    # what a resume would cost, as vLLM counts it: one prefill of the whole prompt, then
+    # a gap before each of the other four tokens
+    assert (m.prefill_requests, m.prefill_tokens, m.itl_count) == (1, 10, 4)
+    assert m.prefill_s > 0 and m.itl_sum > 0
 
 
 async def test_a_whole_answer_costs_one_wake_up() -> None:

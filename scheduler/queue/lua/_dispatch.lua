@@ -71,10 +71,10 @@ end
 
 -- Which running lease should give its slot to ticket `t` (queue score `tscore`), which
 -- found none free, and does the pause pay? policy/preemption.py is its twin and says the
--- rule in full: nothing while the queue holds more than `backlog` per slot; of the
+-- rule in full: nothing while the queue holds more than `backlog` per slot (0: off); of the
 -- leases on backends that serve its model and can resume, whose owner reported them
 -- preemptible (K.progress) past the quantum, paused fewer than max_pauses times, that
--- `t` may overtake: only one expected to run at least `ratio` times longer than `t`,
+-- `t` may overtake: only one expected to run at least `ratio` times longer than `t` (0: any),
 -- whose resume costs (its re-read, times the streams that wait for it) no more than `t`
 -- would wait for a slot, within its backend's re-read budget; of those, the one that
 -- has run longest.
@@ -138,7 +138,7 @@ local function pick_victim(C, t, tscore)
   if not any then
     return nil, nil, {why = 'none'}
   end
-  if redis.call('ZCARD', K.queue) > D.backlog * slots then
+  if D.backlog > 0 and redis.call('ZCARD', K.queue) > D.backlog * slots then
     return nil, nil, {why = 'backlog'}
   end
   local progress = {}

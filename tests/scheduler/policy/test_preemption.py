@@ -39,7 +39,7 @@ def r(lease: str, attained: int = 500, pauses: int = 0, score: float = 200.0, ba
     return Running(lease, backend, attained, pauses, score, tier, arrival, predicted, prompt)
 
 
-RULE = PauseRule(QUANTUM, MAX_PAUSES, SLACK)
+RULE = PauseRule(QUANTUM, MAX_PAUSES, SLACK, ratio=2.0, backlog=1.0)  # every rule on
 FREE = {"a": Slots(busy=2, limit=2)}  # default costs: 50 ms a token, 2.5 ms a prompt token
 
 
@@ -112,6 +112,12 @@ def test_remaining(case: str, predicted: int, attained: int, expected: float) ->
     assert remaining(predicted, attained) == expected, case
 
 
+def test_the_backlog_and_worth_it_rules_are_off_by_default() -> None:
+    rule = PauseRule(QUANTUM, MAX_PAUSES, SLACK)
+    assert decide(SHORT, [r("x", 900)], FREE, 50, rule).reason == "pause"  # a queue of any length
+    assert decide(SHORT, [r("x", 70, predicted=100)], FREE, 1, rule).reason == "pause"  # any expected rest
+
+
 def test_the_budget_refills_at_its_share_up_to_its_window() -> None:
     rule = PauseRule(budget=0.1, window_s=30.0)
     assert budget_now(None, 0.0, 5.0, rule) == pytest.approx(3.0)  # never spent: full
@@ -164,15 +170,17 @@ lease_st = st.fixed_dictionaries({
     serves=st.sets(st.sampled_from(["a", "b", "c"]), min_size=2),
     predicted=st.sampled_from([10, 10, 200, 1500]), costs=st.lists(st.sampled_from(sorted(COSTS)), min_size=3, max_size=3),
     waiting=st.sampled_from([0, 0, 0, 0, 2, 20]), budget=st.sampled_from([0.1, 0.1, 0.00001]),
+    ratio=st.sampled_from([0.0, 2.0]), backlog=st.sampled_from([0.0, 1.0]),
 )
 async def test_the_twin_pauses_as_the_script_does(
     redis: Redis, leases: list[dict], cls: str, resume: set[str], serves: set[str], predicted: int,
-    costs: list[str], waiting: int, budget: float,
+    costs: list[str], waiting: int, budget: float, ratio: float, backlog: float,
 ) -> None:
     keys = PoolKeys(f"t{uuid.uuid4().hex[:8]}", "p")
-    rule = PauseRule(QUANTUM, MAX_PAUSES, SLACK, budget=budget)
+    rule = PauseRule(QUANTUM, MAX_PAUSES, SLACK, ratio=ratio, backlog=backlog, budget=budget)
     scripts = Scripts(redis, Timing(30.0, 30.0, 64, max_slack_s=SLACK, preempt=True, quantum_tokens=QUANTUM,
-                                    max_pauses=MAX_PAUSES, pause_budget=budget))
+                                    max_pauses=MAX_PAUSES, pause_ratio=ratio, pause_backlog=backlog,
+                                    pause_budget=budget))
     cost_of = dict(zip(("a", "b", "c"), (COSTS[c] for c in costs), strict=True))
     held = {name: sum(1 for le in leases if le["backend"] == name) for name in ("a", "b", "c")}
     for name in ("a", "b", "c"):  # every slot of every backend held by the leases below

@@ -147,8 +147,8 @@ class Settings(BaseSettings):
     quantum_tokens: int = Field(default=64, ge=1)
     max_pauses: int = Field(default=2, ge=1)  # per request
     preempt_after_ms: float = Field(default=0.0, ge=0)  # how long the short request waits first
-    pause_ratio: float = Field(default=0.0, ge=0)  # victim's expected remaining output / the urgent one's; 0: off
-    pause_backlog: float = Field(default=0.0, ge=0)  # queued per slot past which nothing is paused; 0: off
+    pause_ratio: float = Field(default=2.0, ge=0)  # victim's expected remaining output / the urgent one's; 0: off
+    pause_backlog: float = Field(default=1.0, ge=0)  # queued per slot past which nothing is paused; 0: off
     pause_budget: float = Field(default=0.1, ge=0, le=1)  # share of a backend's time re-reads may take
     pause_window_s: float = Field(default=30.0, gt=0)  # the budget holds at most pause_budget * this
 

@@ -16,23 +16,24 @@ pauses, more re-reads). So a pause is taken only where it pays, and never beyond
 budget. The rule, for a fresh ticket of the short or medium class that found no free
 slot on any backend serving its model:
 
-- **backlog** (off by default): the pool's queue holds at most ``backlog`` times the
-  slots of the backends it could pause on. Meant as "no spare capacity: stop adding
-  work"; but under short-first ordering the queue holds the long work that shorter work
-  overtakes, so it is long while the pool is stable, and the rule then refused the
-  pauses that matter most (on the simulator it took short TTFT p99 from 0.28 s to 2.8 s);
+- **backlog** (0: off): the pool's queue holds at most ``backlog`` times the slots of
+  the backends it could pause on: no spare capacity, no extra work. A blunt signal —
+  under short-first ordering the queue also holds the long work that shorter work
+  overtakes — and the costliest rule on the simulator (it refuses the pauses of busy
+  moments, where they matter most), but on a real engine the rule that kept pausing from
+  doing harm (``docs/benchmarks/engine-vllm.md``);
 - **eligible**: only leases on backends that serve its model, its owner registered, are
   up, are not the one it avoids, and can resume; that their owner reported preemptible
   (streamed, ``n`` = 1, no tool call so far) past a quantum of their own progress,
   paused fewer than ``max_pauses`` times; that it may overtake (another tier: only a
   worse one; its own tier: only within the starvation bound ``max_slack`` of the
   lease's original arrival); never for a continuation nor for the long class;
-- **worth it** (``short``; off by default): the lease's expected remaining output is at
-  least ``ratio`` times the urgent request's predicted output. Its remaining output is its prediction
+- **worth it** (``short``; 0: off): the lease's expected remaining output is at least
+  ``ratio`` times the urgent request's predicted output. Its remaining output is its prediction
   less what it made, and never below half of what it made (a reply that overran its
   prediction is expected to run on); so a reply the gateway classed short is paused
   only once it has shown it is not. It leans on predictions, and where they are weak
-  (prompts only) it kept most pauses from happening;
+  (prompts only) it keeps most pauses from happening;
 - **pays** (``cost``): the urgent request would otherwise wait until the first slot
   frees (the least expected remaining time of the leases on those backends); that
   wait must be at least the resume's cost — its re-read time (one prefill's overhead,
@@ -108,8 +109,8 @@ class PauseRule:
     quantum_tokens: int = 64
     max_pauses: int = 2
     max_slack_s: float = 30.0
-    ratio: float = 0.0  # the victim's expected remaining output over the urgent one's (0: off)
-    backlog: float = 0.0  # queued tickets per slot past which nothing is paused (0: off)
+    ratio: float = 2.0  # the victim's expected remaining output over the urgent one's (0: off)
+    backlog: float = 1.0  # queued tickets per slot past which nothing is paused (0: off)
     budget: float = 0.1  # share of a backend's time its re-reads may take
     window_s: float = 30.0  # the budget holds at most budget * window_s seconds
 

@@ -47,8 +47,8 @@ class Timing:
     max_pauses: int = 2  # per request
     preempt_after_s: float = 0.0  # how long the urgent ticket waits first
     # when a pause pays (policy/preemption.PauseRule)
-    pause_ratio: float = 0.0  # the victim's expected remaining output over the urgent one's (0: off)
-    pause_backlog: float = 0.0  # queued tickets per slot past which nothing is paused (0: off)
+    pause_ratio: float = 2.0  # the victim's expected remaining output over the urgent one's (0: off)
+    pause_backlog: float = 1.0  # queued tickets per slot past which nothing is paused (0: off)
     pause_budget: float = 0.1  # share of a backend's time its re-reads may take
     pause_window_s: float = 30.0  # the budget holds at most pause_budget * pause_window_s seconds
 

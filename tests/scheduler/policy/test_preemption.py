@@ -112,10 +112,12 @@ def test_remaining(case: str, predicted: int, attained: int, expected: float) ->
     assert remaining(predicted, attained) == expected, case
 
 
-def test_the_backlog_and_worth_it_rules_are_off_by_default() -> None:
-    rule = PauseRule(QUANTUM, MAX_PAUSES, SLACK)
-    assert decide(SHORT, [r("x", 900)], FREE, 50, rule).reason == "pause"  # a queue of any length
-    assert decide(SHORT, [r("x", 70, predicted=100)], FREE, 1, rule).reason == "pause"  # any expected rest
+def test_the_backlog_and_worth_it_rules_are_on_by_default_and_zero_turns_them_off() -> None:
+    assert decide(SHORT, [r("x", 900)], FREE, 50, PauseRule()).reason == "backlog"
+    assert decide(SHORT, [r("x", 70, predicted=100)], FREE, 1, PauseRule()).reason == "short"
+    off = PauseRule(ratio=0.0, backlog=0.0)
+    assert decide(SHORT, [r("x", 900)], FREE, 50, off).reason == "pause"  # a queue of any length
+    assert decide(SHORT, [r("x", 70, predicted=100)], FREE, 1, off).reason == "pause"  # any expected rest
 
 
 def test_the_budget_refills_at_its_share_up_to_its_window() -> None:

@@ -15,6 +15,7 @@ from loadtests.engines.cli import main as engine_main
 from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.vllm import VllmServer
 from scheduler.queue.keys import PoolKeys
+from tests.engines.conftest import ONE_SLOT, PAUSING
 from tests.engines.test_vllm import LONG, SHORT, engine_idle, engine_metric, events, on_engine, stream
 from tests.support import eventually, progress_past, running_app
 
@@ -75,9 +76,7 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
     delivered, give or take the few tokens in flight at the pause."""
     lengths = {"a long story": 3000, "quick": 5}
     with running_app(LengthProxy(vllm.url, dict(lengths))) as sidecar:
-        url = engine_gateway({"url": sidecar, "max_concurrency": 1, "adaptive": False, "resume": "vllm"},
-                             preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600,
-                             pause_budget=1.0, pause_window_s=3600)  # the mechanism, whatever the budget
+        url = engine_gateway(ONE_SLOT | {"url": sidecar}, **PAUSING)
         keys = PoolKeys(prefix, "default")
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         before = await engine_metric(vllm, "vllm:generation_tokens_total")

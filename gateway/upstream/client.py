@@ -44,12 +44,27 @@ class UpstreamCall:
         return f"{self.backend.url}{self.path}"
 
 
+class NoCookies(httpx.Cookies):
+    """A cookie jar that keeps nothing. The one client serves every tenant's requests: a
+    cookie one answer set (a load balancer's sticky session, an app's session) must not
+    ride on the next tenant's request. Not reading ``Set-Cookie`` also saves the work httpx
+    does on every answer to look for one."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return None
+
+
 def make_client(timeout_s: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         timeout=httpx.Timeout(connect=5.0, read=timeout_s, write=30.0, pool=None),
         transport=FastTransport(keepalive_expiry=30, max_idle_per_origin=512),
         trust_env=False,  # loopback backends must not go through an HTTP proxy
     )
+    client._cookies = NoCookies()  # the setter would copy it into a plain jar
+    return client
 
 
 def headers_for(backend: BackendConfig, request_id: str, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.overhead import procstat, profiling, report
+from loadtests.overhead.litellm_env import LITELLM_VERSION, InstallFailed, default_venv, install, installed
 from loadtests.overhead.relay import relay_experiment
 from loadtests.overhead.steps import StepPlan, Workload, openloop_step, roundtrip_step
 from loadtests.overhead.targets import (
@@ -71,8 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--workers", type=_ints, default=[],
                    help="also short_first with N worker processes (triage serve --workers N), e.g. 2; "
                         "named short_first_wN (default none)")
-    t.add_argument("--litellm-venv", type=Path, default=Path("/tmp/litellm-venv"),
-                   help="virtualenv holding litellm[proxy] (default /tmp/litellm-venv)")
+    t.add_argument("--litellm", action="store_true",
+                   help=f"install LiteLLM {LITELLM_VERSION} into its cache virtualenv when it is missing "
+                        "(without this flag a missing LiteLLM is left out, and the run says so)")
+    t.add_argument("--litellm-venv", type=Path, default=None,
+                   help=f"virtualenv holding litellm[proxy] (default {default_venv()})")
     t.add_argument("--redis-url", default=None,
                    help="a Redis both gateways share (default: one embedded Valkey per gateway)")
     g.add_argument("--roundtrip-rate", type=float, default=100.0,
@@ -86,7 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser.add_argument_group("profiling")
     p.add_argument("--py-spy", default=None, help="py-spy binary: sample one gateway step with it")
     p.add_argument("--profile-target", default="short_first", help="target to sample (default short_first)")
-    p.add_argument("--profile-rate", type=float, default=500.0, help="streaming rate to sample at (default 500)")
+    p.add_argument("--profile-rate", type=float, default=500.0, help="rate to sample at (default 500)")
+    p.add_argument("--profile-plain", action="store_true", help="sample non-streamed requests (default: streamed)")
     o = parser.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     o.add_argument("--markdown", type=Path, default=None, help="write the tables as Markdown here")
@@ -139,8 +144,8 @@ class Run:
                 _log(f"triage {name} at {target.url}, pid {target.child.pid}")
             elif name == "litellm":
                 try:
-                    target = start_litellm(self.args.litellm_venv, sim_url, self.workload.model, self.workdir)
-                except TargetError as exc:
+                    target = start_litellm(self._litellm_venv(), sim_url, self.workload.model, self.workdir)
+                except (TargetError, InstallFailed) as exc:
                     self.notes["litellm_error"] = str(exc)
                     _log(f"litellm left out: {exc}")
                     continue
@@ -148,6 +153,38 @@ class Run:
                 self.children.append(target.child)
                 self.targets.append(target)
                 _log(f"litellm at {target.url}, pid {target.child.pid}")
+
+    def _litellm_venv(self) -> Path:
+        venv: Path = self.args.litellm_venv or default_venv()
+        if installed(venv):
+            return venv
+        if not self.args.litellm:
+            raise TargetError(f"no litellm in {venv}; run with --litellm to install LiteLLM {LITELLM_VERSION} there")
+        _log(f"installing LiteLLM {LITELLM_VERSION} into {venv} (once; later runs reuse it)")
+        began = time.monotonic()
+        install(venv, self.workdir / "litellm-install.log")
+        self.notes["litellm_installed_s"] = round(time.monotonic() - began, 1)
+        return venv
+
+    def check_litellm(self, rate: float = 5.0, ttft_p50_ms_max: float = 250.0) -> None:
+        """Before comparing: LiteLLM must answer a gentle load with every request and its
+        usual latency (tens of ms added); otherwise it is left out, with the figures."""
+        target = next((t for t in self.targets if t.name == "litellm"), None)
+        if target is None:
+            return
+        a = self.args
+        self.settle()
+        step = openloop_step(target, StepPlan(rate, 2.0, 0.5, a.drain, True, a.max_connections), self.workload,
+                             a.generator_cpus, self.workdir / "litellm-check")
+        p50 = (step.get("ttft_ms") or {}).get("p50")
+        check = {"rps": rate, "ok": step.get("ok"), "errors": step.get("errors"), "ttft_p50_ms": p50}
+        self.notes["litellm_check"] = check
+        if step.get("errors") or not step.get("ok") or p50 is None or p50 > ttft_p50_ms_max:
+            self.targets.remove(target)
+            self.notes["litellm_error"] = f"failed its {rate:g} RPS check: {check}"
+            _log(f"litellm left out: failed its {rate:g} RPS check {check}")
+        else:
+            _log(f"litellm answers at {rate:g} RPS: TTFT p50 {p50:.1f} ms, no errors")
 
     def start_workers(self) -> None:
         """``short_first`` again with N worker processes on one port: the same config, so the
@@ -215,15 +252,16 @@ class Run:
         if not a.py_spy or target is None or target.child is None:
             return None
         self.settle()
-        out = self.workdir / f"profile-{target.name}-{a.profile_rate:g}.txt"
+        mode = "plain" if a.profile_plain else "stream"
+        out = self.workdir / f"profile-{target.name}-{mode}-{a.profile_rate:g}.txt"
         spy = profiling.start_record(a.py_spy, target.child.pid, a.warmup + a.duration, out)
-        plan = StepPlan(a.profile_rate, a.duration, a.warmup, a.drain, True, a.max_connections)
+        plan = StepPlan(a.profile_rate, a.duration, a.warmup, a.drain, not a.profile_plain, a.max_connections)
         step = openloop_step(target, plan, self.workload, a.generator_cpus, self.workdir / "profile-step")
         profiling.finish(spy)
         if not out.exists():
             return {"error": f"py-spy wrote nothing; see {out}.log"}
         summary = _profile_summary(out)
-        summary.update(file=str(out), target=target.name, rps=a.profile_rate,
+        summary.update(file=str(out), target=target.name, rps=a.profile_rate, stream=not a.profile_plain,
                        step_ok=step.get("ok"), step_errors=step.get("errors"))
         _log(f"profiled {target.name} at {a.profile_rate:g} rps: {summary['samples']} samples in {out}")
         return summary
@@ -273,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
         bench.start()
         bench.start_workers()
         bench.idle_cpu(1.0 if args.smoke else 3.0)
+        bench.check_litellm()
         stream_steps = bench.series(args.rates, True)
         roundtrips = bench.roundtrips()
         plain_steps = bench.series(args.nonstream_rates, False)

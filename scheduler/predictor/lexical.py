@@ -42,6 +42,15 @@ _BIN_WIDTH = 0.1
 _BIN_LOW = -4.0
 _BINS = 80
 _MAX_LOG = math.log(1_000_000)  # bounds exp() whatever the weights say
+# a feature as the state names it: its weight's field, its squared-gradient sum's field, its value
+Feature = tuple[str, str, float]
+
+
+def _named(x: list[tuple[int, float]]) -> list[Feature]:
+    return [(f"w:{slot}", f"g:{slot}", value) for slot, value in x]
+
+
+_READ_KEPT = 512  # requests between predict and observe whose features are kept (and prompts held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,9 @@ class LengthPredictor:
         self._key = predictor_key(self.config.name, self.config.prefix)
         self._state = SharedState(_BINS)
         self._prior_log = math.log(max(1.0, self.config.prior_tokens))
+        # features read at predict, kept for the observe that follows: the text is read once
+        # per request (reading it is most of what either call costs)
+        self._read: dict[PredictInput, list[Feature]] = {}
         if self.config.warm_start is not None:
             self._state.load_base(warm_start.load(self.config.warm_start))
 
@@ -87,7 +99,9 @@ class LengthPredictor:
         """How many output tokens will this request generate, by its text? Not yet bounded
         by its hint or its cap: the classifier applies those."""
         cap = inp.max_tokens if inp.max_tokens is not None and inp.max_tokens > 0 else None
-        linear = self._linear(extract(inp, self.config.features))
+        x = _named(extract(inp, self.config.features))
+        self._remember(inp, x)
+        linear = self._linear(x)
         group = template_key(inp)
         z = min(_MAX_LOG, max(0.0, linear + self._correction(group)))
         if cap is not None and math.exp(z) < cap:
@@ -110,7 +124,9 @@ class LengthPredictor:
         state = self._state
         cfg = self.config
         y = math.log(max(1, actual_tokens))
-        x = extract(inp, cfg.features)
+        x = self._read.pop(inp, None)
+        if x is None:
+            x = _named(extract(inp, cfg.features))
         linear = self._linear(x)
         group = template_key(inp)
 
@@ -124,13 +140,13 @@ class LengthPredictor:
         rate = cfg.learning_rate
         get = state.get
         add = state.add
-        for slot, value in x:
+        for weight, squares, value in x:
             grad = error * value
             if grad == 0.0:
                 continue
-            g2 = get(f"g:{slot}") + grad * grad
-            add(f"g:{slot}", grad * grad)
-            add(f"w:{slot}", -rate * grad / math.sqrt(g2))
+            g2 = get(squares) + grad * grad
+            add(squares, grad * grad)
+            add(weight, -rate * grad / math.sqrt(g2))
 
         # The template correction learns the linear model's residual on that template;
         # it reacts within tens of requests, where the hashed template weight needs
@@ -167,11 +183,19 @@ class LengthPredictor:
 
     # Internals.
 
-    def _linear(self, x: list[tuple[int, float]]) -> float:
+    def _remember(self, inp: PredictInput, x: list[Feature]) -> None:
+        """Keep a request's features until it is observed; bounded, oldest first out (a
+        request that never finishes, or one predicted but never observed, is forgotten)."""
+        read = self._read
+        read[inp] = x
+        if len(read) > _READ_KEPT:
+            del read[next(iter(read))]
+
+    def _linear(self, x: list[Feature]) -> float:
         values = self._state.values
         total = self._prior_log
-        for slot, value in x:
-            weight = values.get(f"w:{slot}")
+        for field, _, value in x:
+            weight = values.get(field)
             if weight is not None:
                 total += weight * value
         return total

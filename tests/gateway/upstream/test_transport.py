@@ -236,3 +236,26 @@ async def test_a_shorter_read_timeout_after_a_longer_one_holds() -> None:
         async with asyncio.timeout(60):  # a hang guard, far from both deadlines
             with pytest.raises(httpx.ReadTimeout):
                 await c.get(f"{url}/b", timeout=httpx.Timeout(5.0, read=0.2))
+
+
+async def test_the_gateways_client_keeps_no_cookie_from_one_answer_for_the_next() -> None:
+    """One client carries every tenant's requests: a backend's ``Set-Cookie`` is not sent back."""
+    from gateway.upstream.client import make_client
+
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            seen.append(await read_request(reader))
+            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: session=tenant-a; Path=/\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+        await reader.read()
+
+    async with RawServer(handler) as url:
+        client = make_client(5.0)
+        async with client:
+            for _ in range(2):
+                resp = await client.get(f"{url}/v1/models")
+                assert resp.status_code == 200 and resp.headers["set-cookie"].startswith("session=")
+            assert len(client.cookies) == 0
+    assert len(seen) == 2 and all(b"cookie:" not in head.lower() for head in seen), seen

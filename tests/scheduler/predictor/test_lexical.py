@@ -356,3 +356,24 @@ def test_a_new_system_prompt_per_request_does_not_grow_the_state_without_bound()
         predictor.observe(ask(system=f"You are helping user {i}."), 100)
     groups = {field.split(":", 1)[1] for field in predictor._state.values if field.startswith("c:")}
     assert len(groups) <= TEMPLATE_BUCKETS
+
+
+def test_a_request_predicted_then_observed_teaches_what_observing_alone_teaches() -> None:
+    """The features read at ``predict`` are reused at ``observe``: the model learns the same."""
+    asked, told = LengthPredictor(), LengthPredictor()
+    for i in range(60):
+        inp = PredictInput(model="m", tenant="t", prompt=f"Write a story about {i} cats, in {i * 10} words",
+                           max_tokens=500)
+        asked.predict(inp)
+        asked.observe(inp, 40 + i)
+        told.observe(inp, 40 + i)
+    assert asked.snapshot() == told.snapshot()
+    probe = PredictInput(model="m", tenant="t", prompt="Write a story about dogs")
+    assert asked.predict(probe) == told.predict(probe)
+
+
+def test_features_kept_for_requests_never_observed_are_bounded() -> None:
+    p = LengthPredictor()
+    for i in range(2000):
+        p.predict(PredictInput(model="m", tenant="t", prompt=f"question {i}"))
+    assert 0 < len(p._read) <= 512

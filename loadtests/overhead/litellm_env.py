@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-LITELLM_VERSION = "1.110.2"
+LITELLM_VERSION = "1.106.12"  # the newest whose [proxy] extra installs from the index here (1.107+ split it out)
 INSTALL_TIMEOUT_S = 900.0
 
 

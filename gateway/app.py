@@ -28,7 +28,7 @@ from gateway.server.drain import Drain, InFlight
 from gateway.server.reload import ConfigSource, Reloader
 from gateway.settings import ConfigError, Settings
 from gateway.telemetry.hub import OtelConfig, Telemetry, TelemetrySettings
-from gateway.upstream.client import Upstream, make_client, make_transport
+from gateway.upstream.client import Upstream, make_client
 from gateway.upstream.probe import HttpProbe
 from gateway.upstream.refusal import Cooldown
 from scheduler.backends.backend import BackendConfig
@@ -175,8 +175,7 @@ async def start_gateway(
     stack.push_async_callback(redis.aclose)
     listen = redis_client.listener_client(settings.redis_url, f"triage-{owner}-inbox")  # its own, for BLPOP
     stack.push_async_callback(listen.aclose)
-    transport = make_transport()
-    client = make_client(settings.upstream_timeout_s, transport)
+    client = make_client(settings.upstream_timeout_s)
     stack.push_async_callback(client.aclose)
 
     configs = backend_configs(settings)
@@ -205,7 +204,7 @@ async def start_gateway(
     gateway = Gateway(
         settings=settings, redis=redis, dispatcher=dispatcher, registry=registry,
         auth=Authenticator(settings, keystore),
-        proxy=Proxy(scheduler, Upstream(client, transport), Backoff(cooldown(settings))),
+        proxy=Proxy(scheduler, Upstream(client), Backoff(cooldown(settings))),
         telemetry=telemetry, drain=drain, keys=keystore, quotas=quotas,
     )
     shared = predictor.shared

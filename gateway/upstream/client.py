@@ -57,14 +57,10 @@ class NoCookies(httpx.Cookies):
         return None
 
 
-def make_transport() -> FastTransport:
-    return FastTransport(keepalive_expiry=30, max_idle_per_origin=512)
-
-
-def make_client(timeout_s: float, transport: FastTransport | None = None) -> httpx.AsyncClient:
+def make_client(timeout_s: float) -> httpx.AsyncClient:
     client = httpx.AsyncClient(
         timeout=httpx.Timeout(connect=5.0, read=timeout_s, write=30.0, pool=None),
-        transport=transport or make_transport(),
+        transport=FastTransport(keepalive_expiry=30, max_idle_per_origin=512),
         trust_env=False,  # loopback backends must not go through an HTTP proxy
     )
     client._cookies = NoCookies()  # the setter would copy it into a plain jar
@@ -82,27 +78,14 @@ def headers_for(backend: BackendConfig, request_id: str, extra: dict[str, str] |
 
 
 class Upstream:
-    """Inference calls. Given the client's transport, a call goes to it straight: the
-    request is built and sent with no client machinery between (redirects, auth, cookies,
-    event hooks, default headers), none of which a call to a backend uses; the same pooled
-    connections serve both ways."""
-
-    def __init__(self, client: httpx.AsyncClient, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
-        self._transport = transport
-        self._timeouts = client.timeout.as_dict()
 
     async def open(self, call: UpstreamCall, stream: bool) -> httpx.Response:
         """Send the request; for streams, return once the status and headers are in."""
+        request = self.client.build_request("POST", call.url, content=call.body, headers=call.headers)
         with upstream_errors():
-            if self._transport is None:
-                request = self.client.build_request("POST", call.url, content=call.body, headers=call.headers)
-                response = await self.client.send(request, stream=True)
-            else:
-                request = httpx.Request("POST", call.url, content=call.body, headers=call.headers,
-                                        extensions={"timeout": self._timeouts})
-                response = await self._transport.handle_async_request(request)
-                response.request = request
+            response = await self.client.send(request, stream=True)
             if not stream:
                 try:
                     await response.aread()

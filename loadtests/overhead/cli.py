@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(without this flag a missing LiteLLM is left out, and the run says so)")
     t.add_argument("--litellm-venv", type=Path, default=None,
                    help=f"virtualenv holding litellm[proxy] (default {default_venv()})")
+    t.add_argument("--baseline", type=Path, default=None,
+                   help="also short_first from this source tree (e.g. a git worktree of an earlier commit), "
+                        "named baseline: a before/after in one run")
     t.add_argument("--redis-url", default=None,
                    help="a Redis both gateways share (default: one embedded Valkey per gateway)")
     g.add_argument("--roundtrip-rate", type=float, default=100.0,
@@ -174,7 +177,7 @@ class Run:
             return
         a = self.args
         self.settle()
-        step = openloop_step(target, StepPlan(rate, 2.0, 0.5, a.drain, True, a.max_connections), self.workload,
+        step = openloop_step(target, StepPlan(rate, 3.0, 3.0, a.drain, True, a.max_connections), self.workload,
                              a.generator_cpus, self.workdir / "litellm-check")
         p50 = (step.get("ttft_ms") or {}).get("p50")
         check = {"rps": rate, "ok": step.get("ok"), "errors": step.get("errors"), "ttft_p50_ms": p50}
@@ -185,6 +188,21 @@ class Run:
             _log(f"litellm left out: failed its {rate:g} RPS check {check}")
         else:
             _log(f"litellm answers at {rate:g} RPS: TTFT p50 {p50:.1f} ms, no errors")
+
+    def start_baseline(self) -> None:
+        tree = self.args.baseline
+        if tree is None:
+            return
+        url = self.args.redis_url
+        if not url:
+            valkey, url = start_valkey("baseline", self.workdir)
+            self.children.append(valkey)
+        target = start_triage("short_first", url, self.sim_url, self.workload.model, self.workdir, tree=tree)
+        assert target.child is not None
+        self.children.append(target.child)
+        self.targets.append(target)
+        self.notes["baseline_tree"] = str(tree)
+        _log(f"triage baseline (short_first from {tree}) at {target.url}, pid {target.child.pid}")
 
     def start_workers(self) -> None:
         """``short_first`` again with N worker processes on one port: the same config, so the
@@ -269,7 +287,7 @@ class Run:
     def roundtrips(self) -> list[dict[str, Any]]:
         rows = []
         for target in self.targets:
-            if target.redis_url and target.name in ("fifo", "short_first"):
+            if target.redis_url and target.name in ("fifo", "short_first", "baseline"):
                 row = roundtrip_step(target, self.args.roundtrip_rate, self.args.roundtrip_duration,
                                      self.workload, self.args.generator_cpus,
                                      self.workdir / f"roundtrips-{target.name}")
@@ -309,6 +327,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     try:
         bench.start()
+        bench.start_baseline()
         bench.start_workers()
         bench.idle_cpu(1.0 if args.smoke else 3.0)
         bench.check_litellm()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-TARGET_ORDER = ("direct", "fifo", "short_first", "litellm")
+TARGET_ORDER = ("direct", "fifo", "baseline", "short_first", "litellm")
 
 
 def _num(value: Any) -> float | None:

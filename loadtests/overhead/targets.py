@@ -122,9 +122,13 @@ def start_valkey(name: str, workdir: Path) -> tuple[Child, str]:
 
 
 def start_triage(policy: str, redis_url: str, backend_url: str, model: str, workdir: Path,
-                 workers: int = 1) -> Target:
-    """``workers`` > 1: ``triage serve --workers N`` on one port, named ``<policy>_w<N>``."""
+                 workers: int = 1, tree: Path | None = None) -> Target:
+    """``workers`` > 1: ``triage serve --workers N`` on one port, named ``<policy>_w<N>``.
+    ``tree``: the gateway's code from that source tree (another commit's checkout), named
+    ``baseline``: the before of a before/after measured in the same run."""
     name = policy if workers == 1 else f"{policy}_w{workers}"
+    if tree is not None:
+        name = "baseline"
     port = free_port()
     config = {
         "host": "127.0.0.1", "port": port, "redis_url": redis_url, "key_prefix": f"ovh-{name}", "workers": workers,
@@ -134,8 +138,9 @@ def start_triage(policy: str, redis_url: str, backend_url: str, model: str, work
     }
     path = workdir / f"triage-{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    env = {"PYTHONPATH": str(tree.resolve())} if tree is not None else None
     child = Child(f"triage {name}", [sys.executable, "-m", "triage", "serve", "--config", str(path)],
-                  workdir / f"triage-{name}.log")
+                  workdir / f"triage-{name}.log", env=env)
     child.spawn()
     url = f"http://127.0.0.1:{port}"
     child.wait_ready(_http_ok(url + "/ready"), 60)

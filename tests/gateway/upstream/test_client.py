@@ -52,16 +52,10 @@ def test_a_backend_gets_its_own_key_and_our_request_id() -> None:
     assert "authorization" not in headers_for(BackendConfig("b", "http://b", "p", 1), "req-9")
 
 
-def upstream_of(client: httpx.AsyncClient, straight: bool) -> Upstream:
-    """Through the client, or straight to its transport (as the gateway wires it)."""
-    return Upstream(client, client._transport if straight else None)
-
-
-@pytest.mark.parametrize("straight", [False, True], ids=["client", "transport"])
-async def test_open_reads_a_whole_answer_and_leaves_a_stream_to_the_caller(sim_url: str, straight: bool) -> None:
+async def test_open_reads_a_whole_answer_and_leaves_a_stream_to_the_caller(sim_url: str) -> None:
     backend = BackendConfig("sim", sim_url, "p", 4, (MODEL,))
     client = make_client(30.0)
-    upstream = upstream_of(client, straight)
+    upstream = Upstream(client)
     try:
         body = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": %s}'
         call = UpstreamCall(backend, "/v1/chat/completions", body % (MODEL.encode(), b"false"), headers_for(backend, "r"))
@@ -79,14 +73,13 @@ async def test_open_reads_a_whole_answer_and_leaves_a_stream_to_the_caller(sim_u
         await client.aclose()
 
 
-@pytest.mark.parametrize("straight", [False, True], ids=["client", "transport"])
-async def test_open_to_nowhere_is_an_upstream_error(straight: bool) -> None:
+async def test_open_to_nowhere_is_an_upstream_error() -> None:
     from gateway.server.embedded import free_port
 
     backend = BackendConfig("gone", f"http://127.0.0.1:{free_port()}", "p", 1)
     client = make_client(5.0)
     try:
         with pytest.raises(UpstreamError, match="could not connect"):
-            await upstream_of(client, straight).open(UpstreamCall(backend, "/v1/completions", b"{}", {}), stream=False)
+            await Upstream(client).open(UpstreamCall(backend, "/v1/completions", b"{}", {}), stream=False)
     finally:
         await client.aclose()

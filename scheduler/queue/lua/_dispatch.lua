@@ -267,7 +267,7 @@ local function dispatch(C)
             redis.call('HSET', K.budget, vl.backend, string.format('%.6f|%.4f', d.budget - d.cost, now))
             notify(C, vl.owner, pause_message(victim, vl.backend, d.wait, d.cost))
             backend = vl.backend
-          elseif d.why ~= 'none' then
+          else
             redis.call('HINCRBY', K.stats, 'unpaused_' .. d.why, 1)
           end
         end

@@ -8,7 +8,7 @@ a gateway can be tested against each server's habits:
 | vllm | ``data: {...}\\n\\n`` | its own, ``choices: []`` | ``vllm:num_requests_running`` ... | uvicorn | as given |
 | sglang | ``data: {...}\\n\\n`` | its own | ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage`` | uvicorn | as given |
 | tgi | ``data:{...}\\n\\n`` (no space: axum) | on the last content chunk | ``tgi_batch_current_size``, ``tgi_queue_size`` | none | as given |
-| llamacpp | ``data: {...}\\r\\n\\r\\n`` (sse-starlette style) | its own | ``llamacpp:requests_processing``, ``llamacpp:requests_deferred`` | llama.cpp | as given |
+| llamacpp | ``data: {...}\\n\\n`` | chat: its own; completions: on the finish chunk, asked or not | ``llamacpp:requests_processing``, ``llamacpp:requests_deferred`` | llama.cpp | as given (``--alias``) |
 | ollama | ``data: {...}\\n\\n`` | its own | none (404) | none | ``name:latest``, the bare name accepted |
 """
 
@@ -37,6 +37,7 @@ class Wire:
     data: bytes = b"data: "  # the field name and what follows it
     end: bytes = b"\n\n"  # the blank line that ends an event
     usage_on_last_chunk: bool = False  # usage rides on the finish chunk, not a chunk of its own
+    completions_usage_always: bool = False  # /v1/completions streams carry usage on the finish chunk unasked
 
     @property
     def done(self) -> bytes:
@@ -47,7 +48,7 @@ WIRES: dict[Dialect, Wire] = {
     Dialect.VLLM: Wire(),
     Dialect.SGLANG: Wire(),
     Dialect.TGI: Wire(data=b"data:", usage_on_last_chunk=True),
-    Dialect.LLAMACPP: Wire(end=b"\r\n\r\n"),
+    Dialect.LLAMACPP: Wire(completions_usage_always=True),  # llama-server 0.6: LF framing
     Dialect.OLLAMA: Wire(),
 }
 

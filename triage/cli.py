@@ -1,5 +1,6 @@
 """The ``triage`` command: ``serve``, ``sim``, ``loadtest``, ``bench compare|overhead|redis|fleet|chaos``,
-``predictor eval``, ``predictor finetune``, ``predictor warm-start``, ``engine vllm``.
+``predictor eval``, ``predictor finetune``, ``predictor warm-start``, ``engine vllm``,
+``engine llamacpp``.
 
 It stands above every subsystem (the gateway, the simulator, the load tools, the
 predictor's tools) and imports each only when its subcommand runs. A configuration
@@ -47,8 +48,13 @@ def predictor(action: str, argv: list[str]) -> int:
     return (finetune_main if action == "finetune" else eval_main)(argv)
 
 
-def engine(argv: list[str]) -> int:
-    """``engine vllm``: a real vLLM serving a tiny random-weight model (its tool parses the line)."""
+def engine(name: str, argv: list[str]) -> int:
+    """``engine vllm`` / ``engine llamacpp``: a real engine serving a tiny random-weight model
+    (its tool parses the line)."""
+    if name == "llamacpp":
+        from loadtests.engines.llamacpp_cli import main as llamacpp_main
+
+        return llamacpp_main(argv)
     from loadtests.engines.cli import main as engine_main
 
     return engine_main(argv)
@@ -156,6 +162,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("engine", help="real engines on loopback")
     esub = p.add_subparsers(dest="engine", required=True)
     esub.add_parser("vllm", help="serve a tiny random-weight Llama with vLLM (--help for its flags)")
+    esub.add_parser("llamacpp", help="serve a tiny random-weight Llama (GGUF) with llama.cpp (--help for its flags)")
     return parser
 
 
@@ -166,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if len(words) >= 2 and words[0] == "predictor" and words[1] in ("eval", "finetune", "warm-start"):
         return predictor(words[1], words[2:])  # the tool parses its own flags
-    if words[:2] == ["engine", "vllm"]:
-        return engine(words[2:])
+    if len(words) >= 2 and words[0] == "engine" and words[1] in ("vllm", "llamacpp"):
+        return engine(words[1], words[2:])
     args = build_parser(words[0] if words else None).parse_args(words)
     if getattr(args, "config", None) is None and "TRIAGE_CONFIG" in os.environ:
         args.config = os.environ["TRIAGE_CONFIG"]

@@ -194,8 +194,8 @@ class LengthPredictor:
     def _linear(self, x: list[Feature]) -> float:
         values = self._state.values
         total = self._prior_log
-        for field, _, value in x:
-            weight = values.get(field)
+        for name, _, value in x:
+            weight = values.get(name)
             if weight is not None:
                 total += weight * value
         return total

@@ -44,11 +44,30 @@ def _stream(url: str, model: str, include_usage: bool) -> bytes:
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).content
 
 
+@pytest.mark.parametrize("include_usage", [None, False, True], ids=["no-options", "usage-off", "usage-on"])
+@pytest.mark.parametrize("dialect", [Dialect.VLLM, Dialect.LLAMACPP])
+def test_llamacpp_completion_streams_carry_usage_on_the_finish_chunk_asked_or_not(
+    sims: dict[Dialect, str], dialect: Dialect, include_usage: bool | None
+) -> None:
+    """As the real llama-server does on /v1/completions (its chat streams follow OpenAI)."""
+    body: dict = {"model": _served(dialect), "prompt": "hi", "max_tokens": 3, "stream": True, "ignore_eos": True}
+    if include_usage is not None:
+        body["stream_options"] = {"include_usage": include_usage}
+    raw = httpx.post(f"{sims[dialect]}/v1/completions", json=body, timeout=30).content
+    chunks = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+    with_usage = [c for c in chunks if c.get("usage")]
+    if dialect is Dialect.LLAMACPP:
+        assert len(with_usage) == 1 and with_usage[0]["choices"][0]["finish_reason"] == "length"
+        assert with_usage[0]["usage"]["completion_tokens"] == 3
+    else:
+        assert len(with_usage) == (1 if include_usage else 0)
+
+
 @pytest.mark.parametrize(("dialect", "data", "end"), [
     (Dialect.VLLM, b"data: ", b"\n\n"),
     (Dialect.SGLANG, b"data: ", b"\n\n"),
     (Dialect.TGI, b"data:", b"\n\n"),
-    (Dialect.LLAMACPP, b"data: ", b"\r\n\r\n"),
+    (Dialect.LLAMACPP, b"data: ", b"\n\n"),  # llama-server 0.6 (an older one framed with CRLF)
     (Dialect.OLLAMA, b"data: ", b"\n\n"),
 ])
 def test_sse_framing(sims: dict[Dialect, str], dialect: Dialect, data: bytes, end: bytes) -> None:

@@ -1,0 +1,213 @@
+"""The gateway in front of a real llama.cpp ``llama-server`` (a tiny random-weight Llama as
+GGUF, one server for the module): what the simulator's ``llamacpp`` dialect only imitates.
+
+Skipped, with the reason, where no llama.cpp is installed (``.ci/run`` builds one into
+``.venv-llamacpp``). Bodies carry ``ignore_eos`` (llama-server honours it), so every length
+asserted is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp
+from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
+from scheduler import tasks
+from tests.support import eventually, running_app
+
+SLOTS = 4
+CTX_PER_SLOT = 16384
+LONG = 15000  # output tokens: a request that holds its slot until cancelled
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    try:
+        engine = find()
+        model = build_model(engine, tmp_path_factory.mktemp("tiny-gguf"))
+    except EngineUnavailable as exc:
+        pytest.skip(f"no llama.cpp to test against: {exc}")
+    # 16k tokens a slot: a long request holds its slot for seconds, not one second
+    with running_llamacpp(LlamaSpec(model, parallel=SLOTS, ctx_size=SLOTS * CTX_PER_SLOT), engine) as server:
+        yield server
+
+
+@pytest.fixture
+def gateway(llama: LlamaServer, embedded_redis_url: str, prefix: str) -> Iterator[Callable[..., str]]:
+    with ExitStack() as stack:
+
+        def start(backend: dict[str, Any] | None = None, **overrides: Any) -> str:
+            b = {"name": "llama", "url": llama.url, "models": [llama.model], "max_concurrency": SLOTS}
+            b.update(backend or {})
+            values: dict[str, Any] = {"redis_url": embedded_redis_url, "key_prefix": prefix, "backends": [b],
+                                      "probe_interval_s": 0.2}
+            values.update(overrides)
+            return stack.enter_context(running_app(create_app(Settings.model_validate(values))))
+
+        yield start
+
+
+def chat(llama: LlamaServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Hello") -> dict:
+    body: dict[str, Any] = {"model": llama.model, "messages": [{"role": "user", "content": text}],
+                            "max_tokens": tokens, "ignore_eos": True, "stream": stream}
+    if usage is not None:
+        body["stream_options"] = {"include_usage": usage}
+    return body
+
+
+def completion(llama: LlamaServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Once") -> dict:
+    body: dict[str, Any] = {"model": llama.model, "prompt": text, "max_tokens": tokens, "ignore_eos": True,
+                            "stream": stream}
+    if usage is not None:
+        body["stream_options"] = {"include_usage": usage}
+    return body
+
+
+def path_of(body: dict) -> str:
+    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
+
+
+def events(raw: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+
+
+async def engine_metric(llama: LlamaServer, name: str) -> float:
+    async with httpx.AsyncClient(timeout=10, verify=False, trust_env=False) as http:
+        return metric(parse_metrics((await http.get(f"{llama.url}/metrics")).text), name)
+
+
+async def slots_busy(llama: LlamaServer) -> int:
+    async with httpx.AsyncClient(timeout=10, verify=False, trust_env=False) as http:
+        return sum(1 for s in (await http.get(f"{llama.url}/slots")).json() if s.get("is_processing"))
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+async def test_non_streamed_requests_pass_through_with_usage(
+    llama: LlamaServer, gateway: Callable[..., str], make: Callable[..., dict]
+) -> None:
+    url = gateway()
+    async with httpx.AsyncClient(timeout=120) as http:
+        resp = await http.post(f"{url}{path_of(make(llama, 1, False))}", json=make(llama, 12, False))
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 12 and body["usage"]["prompt_tokens"] > 0
+
+
+async def raw_stream(http: httpx.AsyncClient, url: str, body: dict) -> bytes:
+    async with http.stream("POST", f"{url}{path_of(body)}", json=body) as resp:
+        assert resp.status_code == 200, await resp.aread()
+        return b"".join([chunk async for chunk in resp.aiter_raw()])
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+@pytest.mark.parametrize("usage", [None, False, True], ids=["no-options", "usage-off", "usage-on"])
+async def test_streams_pass_through_with_usage_where_llamacpp_sends_it(
+    llama: LlamaServer, gateway: Callable[..., str], make: Callable[..., dict], usage: bool | None
+) -> None:
+    """Usage as the client asked, or as llama.cpp sends it unasked: on chat it comes only when
+    asked, in a chunk of its own; on completions it rides on the finish chunk, asked or not.
+    The gateway asks for it (to count tokens) and strips only what it added."""
+    url = gateway()
+    body = make(llama, 10, True, usage)
+    async with httpx.AsyncClient(timeout=120) as http:
+        raw = await raw_stream(http, url, body)
+        direct = events(await raw_stream(http, llama.url, body))
+    chunks = events(raw)
+    assert raw.endswith(b"data: [DONE]\n\n")
+    with_usage = [e["usage"] for e in chunks if e.get("usage")]
+    assert len(with_usage) == sum(1 for e in direct if e.get("usage"))
+    if usage:
+        assert len(with_usage) == 1 and with_usage[0]["completion_tokens"] == 10
+    elif make is chat:  # the gateway asked llama.cpp for usage (to count tokens) and strips it again
+        assert with_usage == []
+    else:  # llama.cpp's own habit, kept
+        assert len(with_usage) == 1 and with_usage[0]["completion_tokens"] == 10
+    finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
+    assert finishes == ["length"]
+
+
+async def test_the_gateway_reads_llamacpps_own_metrics(llama: LlamaServer, gateway: Callable[..., str]) -> None:
+    """The engine is told apart by its ``llamacpp:`` metrics, and its running count is read."""
+    url = gateway()
+    async with httpx.AsyncClient(timeout=60) as http:
+
+        async def view() -> dict[str, Any]:
+            return (await http.get(f"{url}/admin/backends")).json()["backends"][0]
+
+        async def detected() -> bool:
+            v = await view()
+            return v["engine_profile"] == "llamacpp" and v["engine"]["running"] == 0
+
+        await eventually(detected, within_s=30, every_s=0.1)
+        models = (await http.get(f"{url}/v1/models")).json()
+    assert llama.model in [m["id"] for m in models["data"]]
+
+
+async def test_a_client_that_disconnects_frees_its_llamacpp_slot(
+    llama: LlamaServer, gateway: Callable[..., str]
+) -> None:
+    """The client leaves at its first content token; the gateway closes its stream and
+    llama.cpp stops the task: its slot is free and far fewer tokens than asked were made."""
+    url = gateway()
+    asked = 20000
+    await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
+    before = await engine_metric(llama, "llamacpp:tokens_predicted_total")
+    async with httpx.AsyncClient(timeout=120) as http:
+        async with http.stream("POST", f"{url}/v1/chat/completions", json=chat(llama, asked, True)) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("data: {") and any(
+                    (c.get("delta") or {}).get("content") for c in orjson.loads(line[6:])["choices"]
+                ):
+                    break
+    await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
+    made = await engine_metric(llama, "llamacpp:tokens_predicted_total") - before
+    assert made < asked // 2, made
+
+
+async def _idle(llama: LlamaServer) -> bool:
+    return await slots_busy(llama) == 0
+
+
+async def test_llamacpp_queues_past_its_slots_and_the_adaptive_limit_reads_it(
+    llama: LlamaServer, gateway: Callable[..., str]
+) -> None:
+    """llama.cpp does not refuse a request when every slot is busy: it defers it
+    (``llamacpp:requests_deferred``). The gateway reads that queue from ``/metrics`` and cuts
+    its limit, so the queue moves back to the gateway. (Latency targets off: only the
+    engine's queue is under test.)"""
+    sent = SLOTS + 2
+    url = gateway({"max_concurrency": sent, "adaptive": True}, ttft_target_s=None, tpot_target_s=None)
+    await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
+    async with httpx.AsyncClient(timeout=300) as http:
+        runs = [asyncio.create_task(raw_stream(http, url, chat(llama, LONG, True, text=f"story {i}")))
+                for i in range(sent)]
+        try:
+
+            async def view() -> dict[str, Any]:
+                return (await http.get(f"{url}/admin/backends")).json()["backends"][0]
+
+            async def sees_the_engine_queue() -> bool:
+                engine = (await view())["engine"]
+                return engine["running"] == SLOTS and engine["waiting"] == sent - SLOTS
+
+            await eventually(sees_the_engine_queue, within_s=60, every_s=0.1)
+            assert await engine_metric(llama, "llamacpp:requests_deferred") == sent - SLOTS
+
+            async def limit_cut() -> bool:
+                v = await view()
+                return v["limit"] < sent and v["limit_reason"] == "engine is queueing"
+
+            await eventually(limit_cut, within_s=60, every_s=0.1)
+        finally:
+            await tasks.stop(runs)  # the clients leave
+    await eventually(lambda: _idle(llama), within_s=60, every_s=0.1)

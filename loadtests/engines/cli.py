@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Protocol
 
 from loadtests.engines.vllm import (
     CORPUS,
@@ -26,6 +28,28 @@ from loadtests.engines.vllm import (
 )
 
 DEFAULT_MODEL_DIR = Path.home() / ".cache" / "triage" / "tiny-llama"
+
+
+class Served(Protocol):
+    url: str
+    model: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    started_s: float
+
+
+def serve_until_stopped(server: Served, name: str) -> int:
+    """Say where ``server`` listens and wait for Ctrl-C or SIGTERM (0), or for it to exit (1)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"serving {server.model} at {server.url} (up in {server.started_s:.1f} s; "
+          f"log {server.log_path}); Ctrl-C stops it", flush=True)
+    while not stop.wait(1.0):
+        if server.proc.poll() is not None:
+            print(f"{name} exited with status {server.proc.returncode}", file=sys.stderr)
+            return 1
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,16 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             max_num_queued_reqs=args.max_num_queued_reqs, scheduling_policy=args.scheduling_policy,
             max_model_len=args.max_model_len,
         )  # fmt: skip
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         with running_vllm(spec, python) as server:
-            print(f"serving {server.model} at {server.url} (up in {server.started_s:.0f} s; "
-                  f"log {server.log_path}); Ctrl-C stops it", flush=True)
-            while not stop.wait(1.0):
-                if server.proc.poll() is not None:
-                    print(f"vLLM exited with status {server.proc.returncode}", file=sys.stderr)
-                    return 1
+            return serve_until_stopped(server, "vLLM")
     except EngineUnavailable as exc:
         print(f"triage engine vllm: {exc}", file=sys.stderr)
         return 2

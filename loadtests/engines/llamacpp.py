@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from gateway.server.embedded import free_port
-from loadtests.engines.vllm import CORPUS, ROOT, EngineUnavailable, stop_group
+from loadtests.engines.process import EngineUnavailable, spawn_healthy, stop_group
+from loadtests.engines.vllm import CORPUS, ROOT
 
 ENV_VENV = "TRIAGE_LLAMACPP_VENV"
 TINY_GGUF = Path(__file__).with_name("tiny_gguf.py")
@@ -113,27 +111,9 @@ def start(spec: LlamaSpec, engine: LlamaCpp, log_path: Path) -> LlamaServer:
     port = spec.port or free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, LD_LIBRARY_PATH=str(engine.lib_dir))
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(spec.argv(engine, port), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    deadline = began + spec.start_timeout_s
-    with httpx.Client(timeout=5, trust_env=False) as client:
-        while True:
-            if proc.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise EngineUnavailable(f"llama-server exited with status {proc.returncode} while starting:\n{tail}")
-            try:
-                if client.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                stop_group(proc)
-                raise EngineUnavailable(f"llama-server did not answer /health within {spec.start_timeout_s:.0f} s")
-            time.sleep(0.2)  # nothing to block on while a child starts listening
-    return LlamaServer(url, MODEL_NAME, proc, log_path, time.monotonic() - began)
+    proc, took = spawn_healthy(spec.argv(engine, port), env, log_path, f"{url}/health", spec.start_timeout_s,
+                               "llama-server", every_s=0.2)
+    return LlamaServer(url, MODEL_NAME, proc, log_path, took)
 
 
 @contextmanager

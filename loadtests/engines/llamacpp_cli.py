@@ -11,11 +11,10 @@ and runs until Ctrl-C or SIGTERM, then stops the server's process group.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
 
+from loadtests.engines.cli import serve_until_stopped
 from loadtests.engines.llamacpp import LlamaSpec, build_model, find, running_llamacpp
 from loadtests.engines.vllm import CORPUS, EngineUnavailable
 
@@ -45,16 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.build_only:
             return 0
         spec = LlamaSpec(model=model, port=args.port, parallel=args.parallel, ctx_size=args.ctx_size, seed=args.seed)
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         with running_llamacpp(spec, engine) as server:
-            print(f"serving {server.model} at {server.url} (up in {server.started_s:.1f} s; "
-                  f"log {server.log_path}); Ctrl-C stops it", flush=True)
-            while not stop.wait(1.0):
-                if server.proc.poll() is not None:
-                    print(f"llama-server exited with status {server.proc.returncode}", file=sys.stderr)
-                    return 1
+            return serve_until_stopped(server, "llama-server")
     except EngineUnavailable as exc:
         print(f"triage engine llamacpp: {exc}", file=sys.stderr)
         return 2

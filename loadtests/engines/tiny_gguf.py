@@ -17,16 +17,15 @@ its sibling ``tiny_model.py``'s constants.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
 from pathlib import Path
 
 try:  # run as a script (llama.cpp's venv, this folder on sys.path)
-    from tiny_model import CHAT_TEMPLATE, SHAPE, SPECIAL, VOCAB_SIZE, _texts
+    from tiny_model import CHAT_TEMPLATE, SHAPE, SPECIAL, VOCAB_SIZE, _texts, run
 except ImportError:  # imported as part of the project
-    from loadtests.engines.tiny_model import CHAT_TEMPLATE, SHAPE, SPECIAL, VOCAB_SIZE, _texts
+    from loadtests.engines.tiny_model import CHAT_TEMPLATE, SHAPE, SPECIAL, VOCAB_SIZE, _texts, run
 
 CONTEXT = 16384
 
@@ -124,13 +123,7 @@ def build(out: Path, corpus: Path, seed: int = 0) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--corpus", type=Path, required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    print(json.dumps(build(args.out, args.corpus, args.seed)))
-    return 0
+    return run(build, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import argparse
 import hashlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: The template vLLM renders for chat requests. It ends an assistant turn it did
@@ -178,14 +178,20 @@ def build(out: Path, corpus: Path, seed: int = 0) -> dict[str, object]:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run(build_fn: Callable[[Path, Path, int], dict[str, object]], description: str,
+        argv: list[str] | None = None) -> int:
+    """The command line of a model writer: ``OUT --corpus FILE [--seed N]``; prints its summary."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("out", type=Path)
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(json.dumps(build(args.out, args.corpus, args.seed)))
+    print(json.dumps(build_fn(args.out, args.corpus, args.seed)))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

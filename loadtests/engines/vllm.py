@@ -14,9 +14,7 @@ memory node), ``--enforce-eager`` (no torch.compile: start-up in seconds, not mi
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,16 +23,15 @@ from pathlib import Path
 import httpx
 
 from gateway.server.embedded import free_port
+from loadtests.engines.process import EngineUnavailable, spawn_healthy, stop_group
+
+__all__ = ["EngineUnavailable", "stop_group"]  # where the tests and the launchers have always found them
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_PYTHON = "TRIAGE_VLLM_PYTHON"
 TINY_MODEL = Path(__file__).with_name("tiny_model.py")
 CORPUS = ROOT / "loadtests" / "samples" / "prompts_sample.jsonl"
 MODEL_NAME = "tiny-llama"
-
-
-class EngineUnavailable(Exception):
-    """No vLLM to start here (its Python is missing or cannot import vllm), or it did not start."""
 
 
 def find_python() -> Path:
@@ -147,25 +144,6 @@ def metric(samples: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """Stop the server's process group by its PID: SIGTERM (vLLM shuts its engine down),
-    then SIGKILL for whatever is left."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the engine core and worker, should they linger
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def start(spec: VllmSpec, python: Path, log_path: Path) -> VllmServer:
     """Spawn the server and wait (bounded) until ``/health`` answers 200."""
     port = spec.port or free_port()
@@ -173,28 +151,8 @@ def start(spec: VllmSpec, python: Path, log_path: Path) -> VllmServer:
     env = dict(os.environ, VLLM_NO_USAGE_STATS="1", VLLM_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1")
     if spec.cpus is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            spec.argv(python, port), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    deadline = began + spec.start_timeout_s
-    with httpx.Client(timeout=5) as client:
-        while True:
-            if proc.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise EngineUnavailable(f"vLLM exited with status {proc.returncode} while starting:\n{tail}")
-            try:
-                if client.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                stop_group(proc)
-                raise EngineUnavailable(f"vLLM did not answer /health within {spec.start_timeout_s:.0f} s")
-            time.sleep(0.5)  # nothing to block on while a child starts listening
-    return VllmServer(url, MODEL_NAME, proc, log_path, time.monotonic() - began)
+    proc, took = spawn_healthy(spec.argv(python, port), env, log_path, f"{url}/health", spec.start_timeout_s, "vLLM")
+    return VllmServer(url, MODEL_NAME, proc, log_path, took)
 
 
 @contextmanager

@@ -81,17 +81,25 @@ async def engine_redis(embedded_redis_url: str) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+def gateways_in_front(
+    stack: ExitStack, backend: dict[str, Any], redis_url: str, prefix: str
+) -> Callable[..., str]:
+    """``start(backend overrides, settings overrides)``: a gateway in front of one engine
+    (``backend``: its name, url, models, max_concurrency), stopped with ``stack``."""
+
+    def start(overrides_b: dict[str, Any] | None = None, **overrides: Any) -> str:
+        b = dict(backend) | (overrides_b or {})
+        values: dict[str, Any] = {"redis_url": redis_url, "key_prefix": prefix, "backends": [b],
+                                  "probe_interval_s": 0.2}
+        values.update(overrides)
+        return stack.enter_context(running_app(create_app(Settings.model_validate(values))))
+
+    return start
+
+
 @pytest.fixture
 def engine_gateway(vllm: VllmServer, embedded_redis_url: str, prefix: str) -> Iterator[Callable[..., str]]:
     """Start a gateway in front of the vLLM server: ``start(backend overrides, settings overrides)``."""
     with ExitStack() as stack:
-
-        def start(backend: dict[str, Any] | None = None, **overrides: Any) -> str:
-            b = {"name": "vllm", "url": vllm.url, "models": [vllm.model], "max_concurrency": MAX_NUM_SEQS}
-            b.update(backend or {})
-            values: dict[str, Any] = {"redis_url": embedded_redis_url, "key_prefix": prefix, "backends": [b],
-                                      "probe_interval_s": 0.2}
-            values.update(overrides)
-            return stack.enter_context(running_app(create_app(Settings.model_validate(values))))
-
-        yield start
+        backend = {"name": "vllm", "url": vllm.url, "models": [vllm.model], "max_concurrency": MAX_NUM_SEQS}
+        yield gateways_in_front(stack, backend, embedded_redis_url, prefix)

@@ -17,12 +17,12 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import Settings
 from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp
 from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
-from tests.support import eventually, running_app
+from tests.engines.calls import chat, completion, events, path_of, stream
+from tests.engines.conftest import gateways_in_front
+from tests.support import eventually
 
 SLOTS = 4
 CTX_PER_SLOT = 16384
@@ -44,40 +44,8 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
 @pytest.fixture
 def gateway(llama: LlamaServer, embedded_redis_url: str, prefix: str) -> Iterator[Callable[..., str]]:
     with ExitStack() as stack:
-
-        def start(backend: dict[str, Any] | None = None, **overrides: Any) -> str:
-            b = {"name": "llama", "url": llama.url, "models": [llama.model], "max_concurrency": SLOTS}
-            b.update(backend or {})
-            values: dict[str, Any] = {"redis_url": embedded_redis_url, "key_prefix": prefix, "backends": [b],
-                                      "probe_interval_s": 0.2}
-            values.update(overrides)
-            return stack.enter_context(running_app(create_app(Settings.model_validate(values))))
-
-        yield start
-
-
-def chat(llama: LlamaServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Hello") -> dict:
-    body: dict[str, Any] = {"model": llama.model, "messages": [{"role": "user", "content": text}],
-                            "max_tokens": tokens, "ignore_eos": True, "stream": stream}
-    if usage is not None:
-        body["stream_options"] = {"include_usage": usage}
-    return body
-
-
-def completion(llama: LlamaServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Once") -> dict:
-    body: dict[str, Any] = {"model": llama.model, "prompt": text, "max_tokens": tokens, "ignore_eos": True,
-                            "stream": stream}
-    if usage is not None:
-        body["stream_options"] = {"include_usage": usage}
-    return body
-
-
-def path_of(body: dict) -> str:
-    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
-
-
-def events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+        backend = {"name": "llama", "url": llama.url, "models": [llama.model], "max_concurrency": SLOTS}
+        yield gateways_in_front(stack, backend, embedded_redis_url, prefix)
 
 
 async def engine_metric(llama: LlamaServer, name: str) -> float:
@@ -103,12 +71,6 @@ async def test_non_streamed_requests_pass_through_with_usage(
     assert body["usage"]["completion_tokens"] == 12 and body["usage"]["prompt_tokens"] > 0
 
 
-async def raw_stream(http: httpx.AsyncClient, url: str, body: dict) -> bytes:
-    async with http.stream("POST", f"{url}{path_of(body)}", json=body) as resp:
-        assert resp.status_code == 200, await resp.aread()
-        return b"".join([chunk async for chunk in resp.aiter_raw()])
-
-
 @pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
 @pytest.mark.parametrize("usage", [None, False, True], ids=["no-options", "usage-off", "usage-on"])
 async def test_streams_pass_through_with_usage_where_llamacpp_sends_it(
@@ -120,8 +82,8 @@ async def test_streams_pass_through_with_usage_where_llamacpp_sends_it(
     url = gateway()
     body = make(llama, 10, True, usage)
     async with httpx.AsyncClient(timeout=120) as http:
-        raw = await raw_stream(http, url, body)
-        direct = events(await raw_stream(http, llama.url, body))
+        raw = await stream(http, url, body)
+        direct = events(await stream(http, llama.url, body))
     chunks = events(raw)
     assert raw.endswith(b"data: [DONE]\n\n")
     with_usage = [e["usage"] for e in chunks if e.get("usage")]
@@ -189,7 +151,7 @@ async def test_llamacpp_queues_past_its_slots_and_the_adaptive_limit_reads_it(
     url = gateway({"max_concurrency": sent, "adaptive": True}, ttft_target_s=None, tpot_target_s=None)
     await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
     async with httpx.AsyncClient(timeout=300) as http:
-        runs = [asyncio.create_task(raw_stream(http, url, chat(llama, LONG, True, text=f"story {i}")))
+        runs = [asyncio.create_task(stream(http, url, chat(llama, LONG, True, text=f"story {i}")))
                 for i in range(sent)]
         try:
 

@@ -20,45 +20,12 @@ from redis.asyncio import Redis
 from loadtests.engines.vllm import VllmServer, metric
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
+from tests.engines.calls import chat, completion, events, path_of, stream, text_of
 from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS, ONE_SLOT, PAUSING
 from tests.support import eventually, progress_past
 
 LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: lowest engine priority, may be paused
 SHORT = {"x-triage-expected-tokens": "5"}
-
-
-def chat(vllm: VllmServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Hello") -> dict:
-    body: dict[str, Any] = {"model": vllm.model, "messages": [{"role": "user", "content": text}],
-                            "max_tokens": tokens, "ignore_eos": True, "stream": stream}
-    if usage is not None:
-        body["stream_options"] = {"include_usage": usage}
-    return body
-
-
-def completion(vllm: VllmServer, tokens: int, stream: bool, usage: bool | None = None, text: str = "Once") -> dict:
-    body: dict[str, Any] = {"model": vllm.model, "prompt": text, "max_tokens": tokens, "ignore_eos": True,
-                            "stream": stream}
-    if usage is not None:
-        body["stream_options"] = {"include_usage": usage}
-    return body
-
-
-def path_of(body: dict) -> str:
-    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
-
-
-def events(raw: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
-
-
-def text_of(chunks: list[dict[str, Any]]) -> str:
-    return "".join((c.get("delta") or {}).get("content") or c.get("text") or "" for e in chunks for c in e["choices"])
-
-
-async def stream(http: httpx.AsyncClient, url: str, body: dict, headers: dict[str, str] | None = None) -> bytes:
-    async with http.stream("POST", f"{url}{path_of(body)}", json=body, headers=headers or {}) as resp:
-        assert resp.status_code == 200, await resp.aread()
-        return b"".join([chunk async for chunk in resp.aiter_raw()])
 
 
 async def engine_metric(vllm: VllmServer, name: str, **labels: str) -> float:

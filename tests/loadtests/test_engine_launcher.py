@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from loadtests.engines import cli
+from loadtests.engines.process import stop_group
 from loadtests.engines.vllm import (
     ENV_PYTHON,
     MODEL_NAME,
@@ -33,7 +34,6 @@ from loadtests.engines.vllm import (
     parse_metrics,
     running_vllm,
     start,
-    stop_group,
     vllm_version,
 )
 from tests.support import eventually

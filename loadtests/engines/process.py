@@ -1,0 +1,64 @@
+"""An engine's server process: spawned in a process group of its own, waited on until its
+health check answers (bounded), and stopped by PID with the whole group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+
+class EngineUnavailable(Exception):
+    """No engine to start here (not installed, or it cannot run), or it did not start."""
+
+
+def spawn_healthy(
+    argv: Sequence[str], env: dict[str, str], log_path: Path, health_url: str, timeout_s: float, name: str,
+    every_s: float = 0.5,
+) -> tuple[subprocess.Popen[bytes], float]:
+    """Start ``argv`` (output to ``log_path``) and wait until ``health_url`` answers 200;
+    returns the process and the seconds it took. ``EngineUnavailable`` (the log's tail
+    included) when it exits first or does not answer within ``timeout_s``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = began + timeout_s
+    with httpx.Client(timeout=5, trust_env=False) as client:
+        while True:
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-3000:]
+                raise EngineUnavailable(f"{name} exited with status {proc.returncode} while starting:\n{tail}")
+            try:
+                if client.get(health_url).status_code == 200:
+                    return proc, time.monotonic() - began
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                stop_group(proc)
+                raise EngineUnavailable(f"{name} did not answer {health_url} within {timeout_s:.0f} s")
+            time.sleep(every_s)  # nothing to block on while a child starts listening
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """Stop the server's process group by its PID: SIGTERM (the server shuts its workers
+    down), then SIGKILL for whatever is left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the engine's children, should they linger
+    except ProcessLookupError:
+        pass
+    proc.wait()

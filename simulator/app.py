@@ -188,8 +188,7 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
     if req.stream:
         wire = WIRES[state.dialect]
         writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
-        unasked = wire.completions_usage_always and endpoint is not Endpoint.CHAT  # llama.cpp's habit
-        return TokenStream(engine, seq, writer, req.include_usage or unasked, wire.usage_on_last_chunk or unasked)
+        return TokenStream(engine, seq, writer, *wire.usage(endpoint is Endpoint.CHAT, req.include_usage))
 
     await wait_finished(request.receive, engine, *seqs)
     if any(s.dropped for s in seqs):

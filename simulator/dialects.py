@@ -39,6 +39,11 @@ class Wire:
     usage_on_last_chunk: bool = False  # usage rides on the finish chunk, not a chunk of its own
     completions_usage_always: bool = False  # /v1/completions streams carry usage on the finish chunk unasked
 
+    def usage(self, chat: bool, asked: bool) -> tuple[bool, bool]:
+        """Whether a stream carries usage, and whether on its finish chunk."""
+        unasked = self.completions_usage_always and not chat  # llama.cpp's habit
+        return asked or unasked, self.usage_on_last_chunk or unasked
+
     @property
     def done(self) -> bytes:
         return self.data + b"[DONE]" + self.end

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.server.embedded import free_port
-from loadtests.engines.process import EngineUnavailable, spawn_healthy, stop_group
+from loadtests.engines.process import EngineUnavailable, run_writer, spawn_healthy, stop_group
 from loadtests.engines.vllm import CORPUS, ROOT
 
 ENV_VENV = "TRIAGE_LLAMACPP_VENV"
@@ -64,10 +64,8 @@ def build_model(engine: LlamaCpp, out: Path, seed: int = 0, corpus: Path = CORPU
     path = out / "model.gguf"
     if path.exists() and path.with_suffix(".json").exists():
         return path
-    cmd = [str(engine.python), str(TINY_GGUF), str(path), "--corpus", str(corpus), "--seed", str(seed)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise EngineUnavailable(f"building the tiny GGUF failed: {done.stderr.strip()[-2000:]}")
+    run_writer([str(engine.python), str(TINY_GGUF), str(path), "--corpus", str(corpus), "--seed", str(seed)],
+               "the tiny GGUF")
     return path
 
 

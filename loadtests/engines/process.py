@@ -17,6 +17,14 @@ class EngineUnavailable(Exception):
     """No engine to start here (not installed, or it cannot run), or it did not start."""
 
 
+def run_writer(cmd: Sequence[str], what: str, timeout_s: float = 600.0) -> None:
+    """Run a model writer under an engine's Python; ``EngineUnavailable`` with its stderr's
+    tail when it fails."""
+    done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise EngineUnavailable(f"building {what} failed: {done.stderr.strip()[-2000:]}")
+
+
 def spawn_healthy(
     argv: Sequence[str], env: dict[str, str], log_path: Path, health_url: str, timeout_s: float, name: str,
     every_s: float = 0.5,

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from gateway.server.embedded import free_port
-from loadtests.engines.process import EngineUnavailable, spawn_healthy, stop_group
+from loadtests.engines.process import EngineUnavailable, run_writer, spawn_healthy, stop_group
 
 __all__ = ["EngineUnavailable", "stop_group"]  # where the tests and the launchers have always found them
 
@@ -59,10 +59,7 @@ def build_model(python: Path, out: Path, seed: int = 0, corpus: Path = CORPUS) -
     """The tiny model's folder, built with vLLM's Python unless ``out`` already holds it."""
     if (out / "model.safetensors").exists() and (out / "triage-model.json").exists():
         return out
-    cmd = [str(python), str(TINY_MODEL), str(out), "--corpus", str(corpus), "--seed", str(seed)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise EngineUnavailable(f"building the tiny model failed: {done.stderr.strip()[-2000:]}")
+    run_writer([str(python), str(TINY_MODEL), str(out), "--corpus", str(corpus), "--seed", str(seed)], "the tiny model")
     return out
 
 

@@ -136,15 +136,7 @@ class Run:
             if name == "direct":
                 self.targets.append(Target("direct", sim_url, None))
             elif name in ("fifo", "short_first"):
-                url = self.args.redis_url
-                if not url:
-                    valkey, url = start_valkey(name, self.workdir)
-                    self.children.append(valkey)
-                target = start_triage(name, url, sim_url, self.workload.model, self.workdir)
-                assert target.child is not None
-                self.children.append(target.child)
-                self.targets.append(target)
-                _log(f"triage {name} at {target.url}, pid {target.child.pid}")
+                self._start_gateway(name, name)
             elif name == "litellm":
                 try:
                     target = start_litellm(self._litellm_venv(), sim_url, self.workload.model, self.workdir)
@@ -189,34 +181,29 @@ class Run:
         else:
             _log(f"litellm answers at {rate:g} RPS: TTFT p50 {p50:.1f} ms, no errors")
 
-    def start_baseline(self) -> None:
-        tree = self.args.baseline
-        if tree is None:
-            return
+    def _start_gateway(self, policy: str, label: str, workers: int = 1, tree: Path | None = None) -> None:
+        """A Triage target (with a Valkey of its own unless ``--redis-url`` is shared)."""
         url = self.args.redis_url
         if not url:
-            valkey, url = start_valkey("baseline", self.workdir)
+            valkey, url = start_valkey(label, self.workdir)
             self.children.append(valkey)
-        target = start_triage("short_first", url, self.sim_url, self.workload.model, self.workdir, tree=tree)
+        target = start_triage(policy, url, self.sim_url, self.workload.model, self.workdir, workers=workers, tree=tree)
         assert target.child is not None
         self.children.append(target.child)
         self.targets.append(target)
-        self.notes["baseline_tree"] = str(tree)
-        _log(f"triage baseline (short_first from {tree}) at {target.url}, pid {target.child.pid}")
+        _log(f"triage {target.name} ({policy}, {workers} worker(s){f', from {tree}' if tree else ''}) "
+             f"at {target.url}, pid {target.child.pid}")
+
+    def start_baseline(self) -> None:
+        if self.args.baseline is not None:
+            self._start_gateway("short_first", "baseline", tree=self.args.baseline)
+            self.notes["baseline_tree"] = str(self.args.baseline)
 
     def start_workers(self) -> None:
         """``short_first`` again with N worker processes on one port: the same config, so the
         rows differ by the worker count alone (one shared Valkey per gateway, as above)."""
         for n in [n for n in self.args.workers if n > 1]:
-            url = self.args.redis_url
-            if not url:
-                valkey, url = start_valkey(f"short_first_w{n}", self.workdir)
-                self.children.append(valkey)
-            target = start_triage("short_first", url, self.sim_url, self.workload.model, self.workdir, workers=n)
-            assert target.child is not None
-            self.children.append(target.child)
-            self.targets.append(target)
-            _log(f"triage {target.name} at {target.url}, pid {target.child.pid} ({n} workers)")
+            self._start_gateway("short_first", f"short_first_w{n}", workers=n)
 
     def settle(self, timeout_s: float = 30.0) -> float:
         """Wait for the simulator to hold nothing and every child to go quiet (under 5 %

@@ -35,6 +35,7 @@ class Carried:
 
     text: str
     tokens: int
+    ids: tuple[int, ...] | None = None  # the prompt's token ids, then the output's: an exact resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,35 +65,58 @@ class InferenceRequest:
             return self
         return dataclasses.replace(self, model=model, body={**self.body, "model": model}, raw=b"")
 
-    def upstream_body(self, priority: int | None = None, carried: Carried | None = None, counted: bool = False) -> bytes:
+    def upstream_body(
+        self, priority: int | None = None, carried: Carried | None = None, counted: bool = False, ids: bool = False
+    ) -> bytes:
         """The bytes to send upstream: the client's own unless a field must change — the
         usage chunk asked for, the engine's priority, and for a paused request's next part
         the text so far (``carried``) with what is left of its budget. ``counted``: a
         stream that may be paused asks for the running count of its output tokens on
         every chunk (``continuous_usage_stats``: engines merge tokens into one chunk
-        when their server falls behind, so chunks are not tokens)."""
+        when their server falls behind, so chunks are not tokens); ``ids``: and for the
+        token ids (``return_token_ids``), to resume from them. A part that carries token
+        ids goes to the completions endpoint (``part_endpoint``) with them as its prompt."""
         changes: dict[str, Any] = {}
+        body = self.body
+        if carried is not None and carried.ids is not None:
+            body = {k: v for k, v in body.items() if k not in _CHAT_ONLY}
+            changes["prompt"] = list(carried.ids)
+            ids = True
+        elif carried is not None and self.endpoint is Endpoint.CHAT:
+            messages = [*body["messages"], {"role": "assistant", "content": carried.text}]
+            changes.update(messages=messages, continue_final_message=True, add_generation_prompt=False)
+        elif carried is not None:
+            changes["prompt"] = body["prompt"] + carried.text
         if carried is not None:
-            if self.endpoint is Endpoint.CHAT:
-                messages = [*self.body["messages"], {"role": "assistant", "content": carried.text}]
-                changes.update(messages=messages, continue_final_message=True, add_generation_prompt=False)
-            else:
-                changes["prompt"] = self.body["prompt"] + carried.text
-            for name in ("max_completion_tokens", "max_tokens"):
+            for name in ("max_tokens", "max_completion_tokens"):  # the latter wins, as engines read it
                 if isinstance(self.body.get(name), int):
-                    changes[name] = max(1, self.body[name] - carried.tokens)
+                    changes["max_tokens" if carried.ids is not None else name] = max(1, self.body[name] - carried.tokens)
         counted = self.stream and (counted or carried is not None)
         if self.stream and (not self.include_usage or counted):
-            options = dict(self.body.get("stream_options") or {})
+            options = dict(body.get("stream_options") or {})
             options["include_usage"] = True
             if counted:
                 options["continuous_usage_stats"] = True
             changes["stream_options"] = options
+        if counted and ids:
+            changes["return_token_ids"] = True
         if priority is not None:
             changes["priority"] = priority
         if not changes and self.raw:
             return self.raw
-        return orjson.dumps({**self.body, **changes})
+        return orjson.dumps({**body, **changes})
+
+    def part_endpoint(self, carried: Carried | None) -> Endpoint:
+        """Where a part goes: a continuation from token ids to the completions endpoint."""
+        return Endpoint.COMPLETIONS if carried is not None and carried.ids is not None else self.endpoint
+
+
+# a chat request's fields that a completions request does not take (its prompt is token ids)
+_CHAT_ONLY = frozenset({
+    "messages", "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
+    "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "documents",
+    "max_completion_tokens", "reasoning_effort", "include_reasoning", "mm_processor_kwargs", "echo",
+})
 
 
 def _text(content: Any) -> str:

@@ -41,7 +41,7 @@ class BackendSettings(BaseModel):
     engine_priority: bool = False  # the engine runs priority scheduling: send our order as `priority`
     # how a paused generation is continued: vllm and sglang continue a partial assistant
     # message (continue_final_message) or a completions prompt + text; none: never paused
-    resume: Literal["vllm", "sglang", "none"] = "none"
+    resume: Literal["vllm", "sglang", "llamacpp", "none"] = "none"
     # which server it is (metric names, priority direction, a starting limit:
     # scheduler/backends/engines.py); omitted: detected from its /metrics, /v1/models, server header
     engine: Literal["vllm", "sglang", "tgi", "llamacpp", "ollama", "openai"] | None = None

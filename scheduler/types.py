@@ -173,13 +173,15 @@ class Message:
 
 
 class ResumeMode(enum.StrEnum):
-    """How a backend continues a paused generation: the request's text so far sent back as a
-    final assistant message with ``continue_final_message`` (vLLM's and SGLang's field), or
-    not at all (its generations are never paused)."""
+    """How a backend continues a paused generation, named by its engine: the request's text
+    so far sent back as a final assistant message with ``continue_final_message`` (vLLM's,
+    SGLang's and llama.cpp's field) or after a completions prompt — on vLLM from the token
+    ids where it can (``engines.TOKEN_RESUME``) — or not at all (never paused there)."""
 
     NONE = "none"
     VLLM = "vllm"
     SGLANG = "sglang"
+    LLAMACPP = "llamacpp"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from gateway import sse
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.request.context import RequestContext
 from gateway.request.relay import relay_events
-from gateway.request.resume import resumable
-from gateway.schemas import InferenceRequest
+from gateway.request.resume import by_ids, resumable
+from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
 from gateway.telemetry.tracing import BackendCall, Reply
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
@@ -49,20 +49,26 @@ class Exchange:
         """The current call answered with a stream that is still open."""
         return self.response is not None and self.response.status_code == 200 and self.call is not None
 
-    async def open(self, job: Job, body: bytes | None = None) -> httpx.Response:
+    def asks_ids(self, job: Job) -> bool:
+        """Does a stream that may be paused ask for token ids, to resume from them?"""
+        assert job.route is not None
+        return job.route.backend.token_resume and job.may_pause and resumable(self.req) and by_ids(self.req)
+
+    async def open(self, job: Job, body: bytes | None = None, endpoint: Endpoint | None = None) -> httpx.Response:
         """Send the request (``body``: the client's own, rewritten only where it must be)
-        to the backend of the job's current grant."""
+        to the backend of the job's current grant (at ``endpoint``: the request's own if None)."""
         assert job.grant is not None and job.route is not None
         backend = job.route.backend
         if body is None:  # a stream that may be paused counts its tokens exactly
-            body = self.req.upstream_body(job.route.priority, counted=job.may_pause and resumable(self.req))
+            counted = job.may_pause and resumable(self.req)
+            body = self.req.upstream_body(job.route.priority, counted=counted, ids=counted and self.asks_ids(job))
         self.ctx.trace.dispatched(job.grant)
         self.call = self.ctx.trace.call(backend, self.req)
         self.reply, self.paused = None, False
         headers = headers_for(backend, self.ctx.request_id, self.call.headers)
         self.sent_at = time.monotonic()
         self.response = await self.upstream.open(
-            UpstreamCall(backend, self.req.endpoint.value, body, headers), stream=self.req.stream
+            UpstreamCall(backend, (endpoint or self.req.endpoint).value, body, headers), stream=self.req.stream
         )
         return self.response
 

@@ -215,14 +215,16 @@ class Proxy:
         async for block in self._relay(job, ex, stats, trailer):
             yield block
 
-    async def _open_in_stream(self, job: Job, ex: Exchange, body: bytes | None = None) -> AsyncGenerator[bytes, None]:
+    async def _open_in_stream(
+        self, job: Job, ex: Exchange, body: bytes | None = None, endpoint: Endpoint | None = None
+    ) -> AsyncGenerator[bytes, None]:
         """Call the backend for a stream whose 200 has gone out. When it answers with a
         stream (``ex.streaming``) this yields at most keep-alive comments (while a request
         refused as overloaded waits again); else it ends with the event the client gets
         instead (the failure as an SSE error)."""
         while True:
             try:
-                response = await ex.open(job, body)
+                response = await ex.open(job, body, endpoint)
             except UpstreamError as exc:
                 self._ended(job, ex, CallResult.failed())
                 yield sse_event(ex.failed(upstream_failed(str(exc))))
@@ -259,6 +261,8 @@ class Proxy:
         options = ex.req.body.get("stream_options") or {}
         if transcript is None:
             transcript = Transcript(ex.req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")))
+        transcript.ids_asked = ex.asks_ids(job)
+        transcript.keep_ids = bool(ex.req.body.get("return_token_ids"))
         resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:
@@ -288,7 +292,7 @@ class Proxy:
                 return
             ctx.trace.paused(job.grant.backend, transcript.tokens, job.pause_reason)
             await ex.close_part()
-            transcript.next_part()
+            carried = transcript.next_part()
             stats.new_part(transcript.carried)
             try:
                 try:
@@ -307,11 +311,11 @@ class Proxy:
                 yield sse_event(ex.failed(refused(ctx, job.explain(exc))))
                 return
             assert job.grant is not None and job.route is not None
-            ctx.trace.resumed(job.grant.backend)
+            ctx.trace.resumed(job.grant.backend, carried.ids is not None)
             resumes.append((job.grant.backend, transcript.carried))
             ex.reset()
-            body = ex.req.upstream_body(job.route.priority, transcript.carry())
-            async for block in self._open_in_stream(job, ex, body):
+            body = ex.req.upstream_body(job.route.priority, carried)
+            async for block in self._open_in_stream(job, ex, body, ex.req.part_endpoint(carried)):
                 yield block
             if not ex.streaming:
                 return

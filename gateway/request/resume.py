@@ -17,6 +17,17 @@ engine tells them: such a stream asks for ``continuous_usage_stats`` (vLLM, SGLa
 each chunk carries the part's running count, which is taken and cut from the chunk
 (``,"usage":{...}``, byte for byte what the engine adds) unless the client asked for it
 too. An engine that does not tell is counted one token per content event.
+
+Where the backend's engine can (``engines.TOKEN_RESUME``: vLLM) and the request allows
+(``by_ids``: no stop strings, whose held-back text lags the tokens; no logprobs), the
+stream also asks for token ids (``return_token_ids``): the prompt's on the first chunk,
+each chunk's own. A continuation then sends the prompt's ids followed by the generated
+ones as a ``/v1/completions`` prompt — the engine reads exactly the tokens it made, so
+its prefix cache holds them and greedy decoding goes on as if never paused — and the
+transcript writes that stream's chunks as the chat chunks the engine would have sent
+(vLLM's field order). The ids are shown to a client only if it asked for them (else each
+becomes ``null``, as the engine writes it). A stream that did not carry every id (an
+engine that ignores the field) resumes from its text.
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ from gateway.schemas import Carried, Endpoint, InferenceRequest
 PAUSED = sse.comment("paused")  # keeps the client's stream (and proxies between) awake
 # the running usage an engine adds to a chunk (flat, or with one level of details)
 _RUNNING_USAGE = re.compile(rb',"usage": ?\{(?:[^{}]|\{[^{}]*\})*\}')
+# the token ids the gateway asked for (vLLM writes the fields as null when not asked)
+_IDS = re.compile(rb'"(token_ids|prompt_token_ids)": ?\[[0-9, ]*\]')
 
 
 def _json(event: sse.Event) -> dict[str, Any] | None:
@@ -47,9 +60,16 @@ def _json(event: sse.Event) -> dict[str, Any] | None:
 class Transcript:
     """What a resumable stream has produced so far, read from the events it relays."""
 
-    def __init__(self, chat: bool, keep_running_usage: bool = False) -> None:
+    def __init__(self, chat: bool, keep_running_usage: bool = False, ids: bool = False, keep_ids: bool = False) -> None:
         self.chat = chat
         self.keep_running_usage = keep_running_usage  # the client asked for usage on every chunk
+        self.ids_asked = ids  # the gateway asked for token ids, to resume from them
+        self.keep_ids = keep_ids  # the client asked for them too
+        self.prompt_ids: list[int] | None = None  # the prompt's token ids, from the first chunk
+        self.ids: list[int] = []  # the output's token ids so far
+        self.ids_whole = True  # every event that carried output carried its ids
+        self.ids_shown = 0  # of them, those whose text the client has (the rest is held back)
+        self.from_ids = False  # the current part continues from token ids (a completions stream)
         self._text: list[str] = []
         self.tokens = 0  # output tokens the client has been sent
         self.tool_call = False  # a tool-call delta was seen: it cannot be resumed
@@ -74,9 +94,19 @@ class Transcript:
         """Output tokens so far, or None while it may not be paused."""
         return self.tokens if self.resumable else None
 
-    def next_part(self) -> None:
+    def next_part(self) -> Carried:
+        """The stream paused: what its next part carries (the text so far and its tokens,
+        and the token ids where every one of them is known)."""
+        exact = self.ids_asked and self.ids_whole and self.prompt_ids is not None and len(self.ids) == self.tokens
+        if exact and self.prompt_ids:
+            # tokens whose text the engine held back (part of a character) are made again
+            del self.ids[self.ids_shown:]
+            self.tokens = len(self.ids)
+        carried = Carried(self.text, self.tokens, tuple(self.prompt_ids + self.ids) if exact and self.prompt_ids else None)
         self.part += 1
         self.carried = self.tokens
+        self.from_ids = carried.ids is not None
+        return carried
 
     def read(self, block: bytes) -> bytes:
         """Take in one relayed block; from the second part on, rewrite it as part of the first."""
@@ -85,8 +115,9 @@ class Transcript:
                 for event in sse.parse(block):
                     if (data := _json(event)) is not None:
                         self._take(data)
-                return block
-            return b"".join(self._first_part_event(raw) for raw in sse.split_events(block))
+            else:
+                block = b"".join(self._first_part_event(raw) for raw in sse.split_events(block))
+            return _IDS.sub(rb'"\1":null', block) if self.ids_asked and not self.keep_ids else block
         out: list[bytes] = []
         for raw in sse.split_events(block):
             events = sse.parse(raw)
@@ -96,6 +127,8 @@ class Transcript:
                 continue
             if self._take(data) == "role":
                 continue  # the first part already sent the role
+            if self.from_ids:
+                data = self._from_ids(data)
             data["id"], data["created"] = self.id, self.created
             usage = data.get("usage")
             if isinstance(usage, dict):
@@ -118,9 +151,31 @@ class Transcript:
             return _RUNNING_USAGE.sub(b"", raw, count=1)
         return raw
 
-    def carry(self) -> Carried:
-        """What the next part carries: the text so far and its tokens."""
-        return Carried(self.text, self.tokens)
+    def _from_ids(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A chunk of a continuation from token ids (a completions stream) as the first
+        part's endpoint writes it: for chat, vLLM's chat chunk, its fields in its order;
+        for completions, the same chunk. Ids only where the client asked for them."""
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            if self.chat and "object" in data:  # the usage chunk
+                data["object"] = "chat.completion.chunk"
+            return data
+        c = choices[0]
+        ids = c.get("token_ids") if self.keep_ids else None
+        if not self.chat:
+            c["prompt_token_ids"], c["token_ids"] = None, ids
+            return data
+        choice: dict[str, Any] = {"index": c.get("index", 0), "delta": {"content": c.get("text", "")}, "logprobs": None}
+        choice["finish_reason"] = c.get("finish_reason")
+        if c.get("finish_reason") is not None:
+            choice["stop_reason"] = c.get("stop_reason")
+        choice["token_ids"] = ids
+        out = {"id": None, "object": "chat.completion.chunk", "created": None, "model": data.get("model"),
+               "choices": [choice]}
+        for key in ("usage", "system_fingerprint"):
+            if key in data:
+                out[key] = data[key]
+        return out
 
     def summed(self, usage: dict[str, Any]) -> dict[str, Any]:
         """A continuation's usage as the whole response's: the original prompt (the
@@ -139,6 +194,8 @@ class Transcript:
         """Record one event; what it was: role, content, or other."""
         if self.id is None:
             self.id, self.created, self.model = data.get("id"), data.get("created"), data.get("model")
+        if self.part == 0 and isinstance(prompt_ids := data.get("prompt_token_ids"), list):
+            self.prompt_ids = prompt_ids  # chat: on the first chunk
         if isinstance(fingerprint := data.get("system_fingerprint"), str):
             self.fingerprint = fingerprint
         choices = data.get("choices")
@@ -147,19 +204,28 @@ class Transcript:
         choice = choices[0]
         if choice.get("finish_reason"):
             self.finish_reason, self.stop_reason = choice["finish_reason"], choice.get("stop_reason")
-        if self.chat:
+        if self.part == 0 and isinstance(prompt_ids := choice.get("prompt_token_ids"), list):
+            self.prompt_ids = prompt_ids  # completions: in the first chunk's choice
+        if self.chat and not self.from_ids:
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
             if delta.get("tool_calls"):
                 self.tool_call = True
+            if delta.get("reasoning") or delta.get("reasoning_content"):
+                self.ids_whole = False  # a reasoning parser reads the tokens: only the text resumes
             text = delta.get("content")
             if not text and delta.get("role") and not choice.get("finish_reason"):
                 return "role"
         else:
             text = choice.get("text")
+        if isinstance(ids := choice.get("token_ids"), list):
+            self.ids.extend(ids)
+        elif text:
+            self.ids_whole = False
         kind = "other"
         if isinstance(text, str) and text:
             self._text.append(text)
             self.tokens += 1
+            self.ids_shown = len(self.ids)
             kind = "content"
         usage = data.get("usage")
         if isinstance(usage, dict) and isinstance(made := usage.get("completion_tokens"), int):
@@ -170,6 +236,14 @@ class Transcript:
 # Constrained decoding: the engine's grammar would start over on a continuation, from the
 # text so far as if it were part of the prompt, and the output would no longer follow it.
 _CONSTRAINED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
+def by_ids(req: InferenceRequest) -> bool:
+    """May a continuation of this resumable request start from token ids? Not with stop
+    strings (the engine holds back text that may begin one, so the text sent lags the
+    tokens made) or logprobs (asked for differently on the two endpoints)."""
+    body = req.body
+    return not body.get("stop") and not any(body.get(k) for k in ("logprobs", "top_logprobs", "prompt_logprobs"))
 
 
 def resumable(req: InferenceRequest) -> bool:

@@ -79,6 +79,11 @@ class Instruments:
             "triage.pauses", "{pause}", "Running generations paused for more urgent work (and resumed later).",
             (sc.BACKEND, sc.CLASS),
         )
+        self.resumes = r.counter(
+            "triage.resumes", "{resume}",
+            "Paused generations resumed, by what the continuation carried: the token ids (exact) or the text so far.",
+            (sc.BACKEND, sc.RESUME_FROM),
+        )
         self.resume_prefill = r.counter(
             "triage.resume.prefill_tokens", "{token}",
             "Prompt tokens the backends read again to resume paused generations (prompt plus text so far).",

@@ -69,6 +69,7 @@ EV_RESUMED: Final = "resumed"
 EV_OVERLOADED: Final = "overloaded"  # a backend refused it as overloaded (429/503): queued again
 COOLDOWN_S: Final = "triage.cooldown_s"
 PAUSES: Final = "triage.pauses"
+RESUME_FROM: Final = "triage.resume.from"  # on a resumed event and the resumes counter: token_ids or text
 PAUSE_REASON: Final = "triage.pause.reason"  # on a paused event: wait=<s>,cost=<s> the scheduler expected
 
 # -- GenAI metrics, with the conventions' bucket advice ---------------------------------

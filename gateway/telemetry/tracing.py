@@ -200,10 +200,12 @@ class RequestTrace:
             self.span.add_event(sc.EV_PAUSED, {sc.BACKEND: backend, sc.OUTPUT_TOKENS: tokens, sc.PAUSE_REASON: reason})
             self.span.set_attribute(sc.PAUSES, self.pauses)
 
-    def resumed(self, backend: str) -> None:
-        """It runs again, on ``backend``."""
+    def resumed(self, backend: str, from_ids: bool = False) -> None:
+        """It runs again, on ``backend``, from the token ids so far or from the text."""
+        how = "token_ids" if from_ids else "text"
+        self._t.instruments.resumes.add(1, (backend, how))
         if self.span.is_recording():
-            self.span.add_event(sc.EV_RESUMED, {sc.BACKEND: backend})
+            self.span.add_event(sc.EV_RESUMED, {sc.BACKEND: backend, sc.RESUME_FROM: how})
 
     def reread(self, backend: str, prompt_tokens: int) -> None:
         """A continuation made ``backend`` re-read ``prompt_tokens`` (prompt plus text so far)."""

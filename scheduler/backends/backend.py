@@ -34,6 +34,11 @@ class BackendConfig:
     concurrency_set: bool = True  # False: max_concurrency is the default, an engine profile may lower it
     priority_order: str = "auto"  # auto (the engine's), lower_first or higher_first
 
+    @property
+    def token_resume(self) -> bool:
+        """May a paused generation on it continue from token ids (``engines.TOKEN_RESUME``)?"""
+        return self.resume in engines.TOKEN_RESUME
+
 
 @dataclass(frozen=True, slots=True)
 class ModelList:

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.backends.engine_costs import VLLM_COSTS, CostNames
+from scheduler.types import ResumeMode
 
 
 class Engine(enum.StrEnum):
@@ -121,6 +122,18 @@ NEUTRAL = EngineProfile(
     waiting=tuple(n for p in PROFILES.values() for n in p.waiting),
     kv_usage=tuple(n for p in PROFILES.values() for n in p.kv_usage),
 )
+
+
+# How each ``resume`` mode continues a paused generation. Every mode can carry the text so
+# far (on chat a final assistant message with ``continue_final_message``, on completions
+# the prompt followed by the text). Those named here can also resume exactly, from token
+# ids: a stream asks for them (``return_token_ids``; the first chunk carries the prompt's,
+# each chunk its own), and the continuation is the prompt's ids followed by the generated
+# ones as a ``/v1/completions`` prompt, so the engine reads exactly the tokens it made
+# (and its prefix cache holds) instead of the text re-tokenised. Where a stream did not
+# carry the ids, or the request needs the text (stop strings, a reasoning or tool parser),
+# the text resume stands in (``gateway/request/resume.py``).
+TOKEN_RESUME: frozenset[ResumeMode] = frozenset({ResumeMode.VLLM})
 
 
 def priority_value(p: EngineProfile, order: str, priority: int) -> int | None:

@@ -45,3 +45,19 @@ async def stream(http: httpx.AsyncClient, url: str, body: dict, headers: dict[st
     async with http.stream("POST", f"{url}{path_of(body)}", json=body, headers=headers or {}) as resp:
         assert resp.status_code == 200, await resp.aread()
         return b"".join([chunk async for chunk in resp.aiter_raw()])
+
+
+def chunk_fields(chunks: list[dict[str, Any]]) -> list[bytes]:
+    """Each chunk less its id, created and content; runs of equal content chunks as one.
+    Where one chunk ends and the next begins is an engine's own timing (vLLM's server
+    merges tokens into one chunk when it falls behind), so two streams of the same tokens
+    are compared by this and their text whole."""
+    out: list[bytes] = []
+    for e in chunks:
+        choices = [{k: ({**v, "content": bool(v.get("content"))} if k == "delta" else bool(v) if k == "text" else v)
+                    for k, v in c.items()} for c in e["choices"]]
+        shape = orjson.dumps({k: v for k, v in e.items() if k not in ("id", "created", "choices")} | {"choices": choices},
+                             option=orjson.OPT_SORT_KEYS)
+        if not out or out[-1] != shape:
+            out.append(shape)
+    return out

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from loadtests.engines.vllm import VllmServer, metric
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
-from tests.engines.calls import chat, completion, events, path_of, stream, text_of
+from tests.engines.calls import chat, chunk_fields, completion, events, path_of, stream, text_of
 from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS, ONE_SLOT, PAUSING
 from tests.support import eventually, progress_past
 
@@ -112,19 +112,7 @@ async def test_a_stream_that_may_be_paused_reaches_the_client_as_vllm_sends_it(
         through = events(await stream(http, url, body))
         direct = events(await stream(http, vllm.url, body))
 
-    def fields(chunks: list[dict[str, Any]]) -> list[Any]:
-        """Each chunk less its id, created and content; runs of equal content chunks as one."""
-        out: list[Any] = []
-        for e in chunks:
-            choices = [{k: ({**v, "content": bool(v.get("content"))} if k == "delta" else bool(v) if k == "text" else v)
-                        for k, v in c.items()} for c in e["choices"]]
-            shape = orjson.dumps({k: v for k, v in e.items() if k not in ("id", "created", "choices")} | {"choices": choices},
-                                 option=orjson.OPT_SORT_KEYS)
-            if not out or out[-1] != shape:
-                out.append(shape)
-        return out
-
-    assert fields(through) == fields(direct) and not any("usage" in e for e in through)
+    assert chunk_fields(through) == chunk_fields(direct) and not any("usage" in e for e in through)
     assert text_of(through) == text_of(direct) and len(text_of(through)) > 0
 
 
@@ -314,6 +302,16 @@ async def _waiting_is(vllm: VllmServer, n: int) -> bool:
     return await engine_metric(vllm, "vllm:num_requests_waiting") == n
 
 
+async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
+    """The gateway's resumes so far, by what they carried (``triage_resumes_total``)."""
+    out: dict[str, int] = {}
+    for line in (await http.get(f"{gateway}/metrics")).text.splitlines():
+        if line.startswith("triage_resumes_total{"):
+            how = line.split('triage_resume_from="', 1)[1].split('"', 1)[0]
+            out[how] = out.get(how, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 FLAKY_PAUSE = pytest.mark.xfail(strict=False, reason=(
     "intermittent: sometimes no pause is taken and the pool's stats hash stays empty (the short "
     "request found a free slot or the script tried none); cause not found yet"))
@@ -345,6 +343,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
         raw = await victim
         view["pool_stats"] = await engine_redis.hgetall(keys.stats)  # why no pause, if none
         view["resume_cost"] = await engine_redis.hgetall(keys.costs)
+        view["resumes"] = await resumes(http, url)
         unpaused = events(await stream(http, vllm.url, body))  # the same request, straight to vLLM
     assert events(short)[-1]["usage"]["completion_tokens"] == 5
     assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), (view["pool_stats"], view["resume_cost"], view)
@@ -359,6 +358,9 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     assert text_of(chunks) == text_of(unpaused) and len(text_of(chunks)) > 0
     assert usage == [e["usage"] for e in unpaused if e.get("usage")]  # prompt tokens too: the original's
     assert chunks[-1].get("system_fingerprint") == unpaused[-1].get("system_fingerprint")
+    # resumed from the token ids (the prompt's and those made): vLLM's chunks, its fields
+    assert view["resumes"] == {"token_ids": 1}
+    assert chunk_fields(chunks) == chunk_fields(unpaused)
 
 
 @pytest.mark.parametrize("make", [pytest.param(chat, marks=FLAKY_PAUSE), pytest.param(completion, marks=FLAKY_PAUSE)],
@@ -391,9 +393,11 @@ async def test_a_paused_whole_request_gets_vllms_own_answer(
             if stats.get(b"paused") == b"1":
                 break
         unpaused = (await http.post(f"{vllm.url}{path}", json=body)).json()
+        resumed = await resumes(http, url)
     assert events(short)[-1]["usage"]["completion_tokens"] == 5
     assert answer.status_code == 200 and stats.get(b"paused") == b"1", stats
     got = answer.json()
+    assert resumed == {"token_ids": 1}
     assert list(got) == list(unpaused)  # vLLM's fields, in its order
     assert {k: v for k, v in got.items() if k not in ("id", "created")} == {
         k: v for k, v in unpaused.items() if k not in ("id", "created")

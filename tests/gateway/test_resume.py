@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.request.resume import Transcript, resumable
+from gateway.request.resume import Transcript, by_ids, resumable
 from gateway.schemas import Endpoint, parse
 
 
@@ -85,7 +85,7 @@ def test_a_continuation_asks_for_the_rest(endpoint: Endpoint) -> None:
     t = Transcript(chat=endpoint is Endpoint.CHAT)
     for word in (" a", " b", " c"):
         t.read(chunk(word) if t.chat else event({"id": "x", "created": 1, "choices": [{"index": 0, "text": word}]}))
-    body = orjson.loads(req.upstream_body(None, t.carry()))
+    body = orjson.loads(req.upstream_body(None, t.next_part()))
     assert body["max_tokens"] == 47 and body["temperature"] == 0.3
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}  # counted exactly
     if t.chat:
@@ -141,3 +141,111 @@ def test_a_continuation_counts_from_what_it_carried_and_cuts_its_running_usage()
     assert t.tokens == 5
     data = orjson.loads(out.removeprefix(b"data: "))
     assert "usage" not in data and data["choices"][0]["delta"]["content"] == " the cat sat"
+
+
+# vLLM 0.32's chat stream with return_token_ids and running usage (what a stream that may be
+# paused asks for), and the same chunks as vLLM writes them to a client that asked for neither
+ROLE_IDS = (
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":3,'
+    b'"total_tokens":3,"completion_tokens":0,"completion_tokens_details":null},"prompt_token_ids":[4,0,9],'
+    b'"prompt_text":null}\n\n'
+)
+ROLE = (
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,'
+    b'"prompt_text":null}\n\n'
+)
+WORD_IDS = (
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":null,"token_ids":[%d]}],"usage":{"prompt_tokens":3,'
+    b'"total_tokens":%d,"completion_tokens":%d,"completion_tokens_details":null}}\n\n'
+)
+WORD = (
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+)
+LAST = (
+    b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}]}\n\n'
+)
+# the continuation: vLLM's completions stream from the token ids
+CMPL = (
+    b'data: {"id":"cmpl-5","object":"text_completion","created":8,"model":"m","choices":[{"index":0,"text":"%s",'
+    b'"logprobs":null,"finish_reason":%s,"stop_reason":null,"prompt_token_ids":%s,"token_ids":[%d]}],'
+    b'"usage":{"prompt_tokens":4,"total_tokens":%d,"completion_tokens":%d}}\n\n'
+)
+CMPL_USAGE = (
+    b'data: {"id":"cmpl-5","object":"text_completion","created":8,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2}}\n\n'
+)
+
+
+def test_a_stream_that_asked_for_ids_reaches_the_client_as_vllm_writes_it_without_them() -> None:
+    t = Transcript(chat=True, ids=True)
+    assert t.read(ROLE_IDS) == ROLE
+    assert t.read(WORD_IDS % (b" a", 11, 4, 1) + WORD_IDS % (b" b", 12, 5, 2)) == WORD % b" a" + WORD % b" b"
+    assert (t.prompt_ids, t.ids, t.tokens) == ([4, 0, 9], [11, 12], 2)
+
+
+def test_a_client_that_asked_for_ids_keeps_them() -> None:
+    t = Transcript(chat=True, ids=True, keep_ids=True, keep_running_usage=True)
+    assert t.read(WORD_IDS % (b" a", 11, 4, 1)) == WORD_IDS % (b" a", 11, 4, 1)
+
+
+@pytest.mark.parametrize("cap", ["max_tokens", "max_completion_tokens"])
+def test_a_continuation_from_ids_asks_completions_for_the_rest_of_the_same_tokens(cap: str) -> None:
+    req = request(Endpoint.CHAT, **{cap: 50}, temperature=0, seed=3, tools=None)
+    t = Transcript(chat=True, ids=True)
+    t.read(ROLE_IDS + WORD_IDS % (b" a", 11, 4, 1) + WORD_IDS % (b" b", 12, 5, 2))
+    carried = t.next_part()
+    assert carried.ids == (4, 0, 9, 11, 12) and carried.tokens == 2
+    assert req.part_endpoint(carried) is Endpoint.COMPLETIONS
+    body = orjson.loads(req.upstream_body(7, carried))
+    assert body == {
+        "model": "m", "stream": True, "temperature": 0, "seed": 3, "prompt": [4, 0, 9, 11, 12], "max_tokens": 48,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "return_token_ids": True,
+        "priority": 7,
+    }
+
+
+def test_a_continuation_from_ids_reaches_the_client_as_vllms_own_chat_chunks() -> None:
+    t = Transcript(chat=True, ids=True)
+    t.read(ROLE_IDS + WORD_IDS % (b" a", 11, 4, 1))
+    t.next_part()
+    out = t.read(
+        CMPL % (b" b", b"null", b"[4,0,9,11]", 12, 5, 1) + CMPL % (b" c", b'"length"', b"null", 13, 6, 2)
+        + CMPL_USAGE + b"data: [DONE]\n\n"
+    )
+    usage = (
+        b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[],'
+        b'"usage":{"prompt_tokens":3,"total_tokens":6,"completion_tokens":3}}\n\n'
+    )
+    assert out == WORD % b" b" + LAST % b" c" + usage + b"data: [DONE]\n\n"
+    assert t.text == " a b c" and t.tokens == 3 and t.ids == [11, 12, 13]
+
+
+def test_a_stream_without_every_id_resumes_from_its_text() -> None:
+    t = Transcript(chat=True, ids=True)
+    t.read(ROLE_IDS + WORD_IDS % (b" a", 11, 4, 1) + chunk(" b"))  # an event without its ids
+    carried = t.next_part()
+    assert carried.ids is None and carried.text == " a b"
+    body = orjson.loads(request(Endpoint.CHAT).upstream_body(None, carried))
+    assert body["messages"][-1] == {"role": "assistant", "content": " a b"} and "return_token_ids" not in body
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({}, True), ({"stop": ["\n\n"]}, False), ({"stop": []}, True), ({"logprobs": True}, False),
+    ({"top_logprobs": 2}, False),
+])
+def test_what_may_resume_from_token_ids(body: dict, expected: bool) -> None:
+    assert by_ids(request(Endpoint.CHAT, **body)) is expected
+
+
+def test_tokens_whose_text_was_held_back_are_made_again() -> None:
+    """The engine sends no text for a token that ends inside a character: paused there,
+    the continuation starts before it, so the character comes whole."""
+    t = Transcript(chat=True, ids=True)
+    t.read(ROLE_IDS + WORD_IDS % (b" a", 11, 4, 1) + WORD_IDS % (b"", 12, 5, 2))
+    carried = t.next_part()
+    assert carried.ids == (4, 0, 9, 11) and carried.tokens == 1 and t.carried == 1

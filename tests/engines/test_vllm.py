@@ -333,20 +333,28 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     await on_engine(lambda: engine_idle(vllm), within_s=60)
     async with httpx.AsyncClient(timeout=600) as http:
         body = make(vllm, VICTIM_TOKENS, True, True, "a long story") | {"temperature": 0}
-        victim = asyncio.create_task(stream(http, url, body, LONG))
-
-        await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
-        view = (await http.get(f"{url}/admin/backends")).json()["backends"][0]  # should the pause be missing
-        view["victim_ended_before_short"] = victim.done()
-        short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
-        view["victim_ended_with_short"] = victim.done()
-        raw = await victim
-        view["pool_stats"] = await engine_redis.hgetall(keys.stats)  # why no pause, if none
-        view["resume_cost"] = await engine_redis.hgetall(keys.costs)
-        view["resumes"] = await resumes(http, url)
+        tries: list[dict[str, Any]] = []  # what each try saw, should the pause be missing
+        # vLLM's API server, starved of CPU, can hand over thousands of tokens in one chunk,
+        # so the victim may be all but done when it is first seen running: then it ends
+        # before the short request is queued and nothing is left to pause. Once more then.
+        for _ in range(3):
+            victim = asyncio.create_task(stream(http, url, body, LONG))
+            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
+            seen: dict[str, Any] = {"progress": await engine_redis.hgetall(keys.progress)}
+            seen["victim_ended_before_short"] = victim.done()
+            short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
+            seen["victim_ended_with_short"] = victim.done()
+            raw = await victim
+            seen["pool_stats"] = await engine_redis.hgetall(keys.stats)  # why no pause, if none
+            seen["resume_cost"] = await engine_redis.hgetall(keys.costs)
+            tries.append(seen)
+            await engine_redis.delete(keys.progress)
+            if b": paused" in raw:
+                break
+        resumed = await resumes(http, url)
         unpaused = events(await stream(http, vllm.url, body))  # the same request, straight to vLLM
     assert events(short)[-1]["usage"]["completion_tokens"] == 5
-    assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), (view["pool_stats"], view["resume_cost"], view)
+    assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), tries
     chunks = events(raw)
     assert len({e["id"] for e in chunks}) == 1
     finishes = [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")]
@@ -359,7 +367,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     assert usage == [e["usage"] for e in unpaused if e.get("usage")]  # prompt tokens too: the original's
     assert chunks[-1].get("system_fingerprint") == unpaused[-1].get("system_fingerprint")
     # resumed from the token ids (the prompt's and those made): vLLM's chunks, its fields
-    assert view["resumes"] == {"token_ids": 1}
+    assert resumed == {"token_ids": 1}
     assert chunk_fields(chunks) == chunk_fields(unpaused)
 
 

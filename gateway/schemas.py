@@ -66,14 +66,16 @@ class InferenceRequest:
         return dataclasses.replace(self, model=model, body={**self.body, "model": model}, raw=b"")
 
     def upstream_body(
-        self, priority: int | None = None, carried: Carried | None = None, counted: bool = False, ids: bool = False
+        self, priority: int | None = None, carried: Carried | None = None, counted: bool = False, ids: bool = False,
+        timings: bool = False,
     ) -> bytes:
         """The bytes to send upstream: the client's own unless a field must change — the
         usage chunk asked for, the engine's priority, and for a paused request's next part
         the text so far (``carried``) with what is left of its budget. ``counted``: a
         stream that may be paused asks for the running count of its output tokens on
         every chunk (``continuous_usage_stats``: engines merge tokens into one chunk
-        when their server falls behind, so chunks are not tokens); ``ids``: and for the
+        when their server falls behind, so chunks are not tokens; ``timings``: llama.cpp's
+        count instead, ``timings_per_token``); ``ids``: and for the
         token ids (``return_token_ids``), to resume from them. A part that carries token
         ids goes to the completions endpoint (``part_endpoint``) with them as its prompt."""
         changes: dict[str, Any] = {}
@@ -92,12 +94,14 @@ class InferenceRequest:
                 if isinstance(self.body.get(name), int):
                     changes["max_tokens" if carried.ids is not None else name] = max(1, self.body[name] - carried.tokens)
         counted = self.stream and (counted or carried is not None)
-        if self.stream and (not self.include_usage or counted):
+        if self.stream and (not self.include_usage or counted and not timings):
             options = dict(body.get("stream_options") or {})
             options["include_usage"] = True
-            if counted:
+            if counted and not timings:
                 options["continuous_usage_stats"] = True
             changes["stream_options"] = options
+        if counted and timings:
+            changes["timings_per_token"] = True
         if counted and ids:
             changes["return_token_ids"] = True
         if priority is not None:

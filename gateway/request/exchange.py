@@ -61,7 +61,10 @@ class Exchange:
         backend = job.route.backend
         if body is None:  # a stream that may be paused counts its tokens exactly
             counted = job.may_pause and resumable(self.req)
-            body = self.req.upstream_body(job.route.priority, counted=counted, ids=counted and self.asks_ids(job))
+            body = self.req.upstream_body(
+                job.route.priority, counted=counted, ids=counted and self.asks_ids(job),
+                timings=backend.counts_by_timings,
+            )
         self.ctx.trace.dispatched(job.grant)
         self.call = self.ctx.trace.call(backend, self.req)
         self.reply, self.paused = None, False

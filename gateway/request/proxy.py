@@ -262,7 +262,9 @@ class Proxy:
         if transcript is None:
             transcript = Transcript(ex.req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")))
         transcript.ids_asked = ex.asks_ids(job)
+        transcript.timings = job.route.backend.counts_by_timings
         transcript.keep_ids = bool(ex.req.body.get("return_token_ids"))
+        transcript.keep_timings = bool(ex.req.body.get("timings_per_token"))
         resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:
@@ -314,7 +316,7 @@ class Proxy:
             ctx.trace.resumed(job.grant.backend, carried.ids is not None)
             resumes.append((job.grant.backend, transcript.carried))
             ex.reset()
-            body = ex.req.upstream_body(job.route.priority, carried)
+            body = ex.req.upstream_body(job.route.priority, carried, timings=transcript.timings)
             async for block in self._open_in_stream(job, ex, body, ex.req.part_endpoint(carried)):
                 yield block
             if not ex.streaming:

@@ -16,7 +16,10 @@ paused, one ``finish_reason``, and usage with the original ``prompt_tokens`` and
 engine tells them: such a stream asks for ``continuous_usage_stats`` (vLLM, SGLang), so
 each chunk carries the part's running count, which is taken and cut from the chunk
 (``,"usage":{...}``, byte for byte what the engine adds) unless the client asked for it
-too. An engine that does not tell is counted one token per content event.
+too. llama.cpp tells its count in ``timings.predicted_n`` (asked on every chunk with
+``timings_per_token``; cut again from all but the finish chunk, which carries them
+unasked), and its usage on a completions finish chunk is its own, never cut. An engine
+that does not tell is counted one token per content event.
 
 Where the backend's engine can (``engines.TOKEN_RESUME``: vLLM) and the request allows
 (``by_ids``: no stop strings, whose held-back text lags the tokens; no logprobs), the
@@ -43,6 +46,9 @@ from gateway.schemas import Carried, Endpoint, InferenceRequest
 PAUSED = sse.comment("paused")  # keeps the client's stream (and proxies between) awake
 # the running usage an engine adds to a chunk (flat, or with one level of details)
 _RUNNING_USAGE = re.compile(rb',"usage": ?\{(?:[^{}]|\{[^{}]*\})*\}')
+# llama.cpp's timings on a chunk (flat)
+_TIMINGS = re.compile(rb',"timings": ?\{[^{}]*\}')
+_FINISHED = re.compile(rb'"finish_reason": ?"')
 # the token ids the gateway asked for (vLLM writes the fields as null when not asked)
 _IDS = re.compile(rb'"(token_ids|prompt_token_ids)": ?\[[0-9, ]*\]')
 
@@ -70,6 +76,8 @@ class Transcript:
         self.ids_whole = True  # every event that carried output carried its ids
         self.ids_shown = 0  # of them, those whose text the client has (the rest is held back)
         self.from_ids = False  # the current part continues from token ids (a completions stream)
+        self.timings = False  # the engine counts in llama.cpp's timings (predicted_n), asked on every chunk
+        self.keep_timings = False  # the client asked for them on every chunk too
         self._text: list[str] = []
         self.tokens = 0  # output tokens the client has been sent
         self.tool_call = False  # a tool-call delta was seen: it cannot be resumed
@@ -79,6 +87,7 @@ class Transcript:
         self.fingerprint: str | None = None  # the engine's system_fingerprint, where it sent one
         self.finish_reason: Any = None
         self.stop_reason: Any = None
+        self.prompt_tokens: int | None = None  # the original prompt's, where the first part told it
         self.part = 0  # 0: the first upstream call; n: the n-th continuation
         self.carried = 0  # tokens carried into the current part (sent before it began)
 
@@ -117,6 +126,10 @@ class Transcript:
                         self._take(data)
             else:
                 block = b"".join(self._first_part_event(raw) for raw in sse.split_events(block))
+            if self.timings and not self.keep_timings and b'"timings"' in block:
+                block = b"".join(
+                    raw if _FINISHED.search(raw) else _TIMINGS.sub(b"", raw, count=1) for raw in sse.split_events(block)
+                )  # a finish chunk carries them unasked
             return _IDS.sub(rb'"\1":null', block) if self.ids_asked and not self.keep_ids else block
         out: list[bytes] = []
         for raw in sse.split_events(block):
@@ -132,10 +145,12 @@ class Transcript:
             data["id"], data["created"] = self.id, self.created
             usage = data.get("usage")
             if isinstance(usage, dict):
-                if data.get("choices") and not self.keep_running_usage:
+                if data.get("choices") and not self.keep_running_usage and not self.timings:
                     del data["usage"]  # a running count the client did not ask for
                 else:
                     data["usage"] = self.summed(usage)
+            if self.timings and not self.keep_timings and "timings" in data and not _finished(data):
+                del data["timings"]
             out.append(sse.data(orjson.dumps(data)))
         return b"".join(out)
 
@@ -147,9 +162,9 @@ class Transcript:
         if data is None:
             return raw
         self._take(data)
-        if data.get("choices") and isinstance(data.get("usage"), dict) and not self.keep_running_usage:
+        if data.get("choices") and isinstance(data.get("usage"), dict) and not self.keep_running_usage and not self.timings:
             return _RUNNING_USAGE.sub(b"", raw, count=1)
-        return raw
+        return raw  # llama.cpp's usage on a finish chunk: its own, not a running count
 
     def _from_ids(self, data: dict[str, Any]) -> dict[str, Any]:
         """A chunk of a continuation from token ids (a completions stream) as the first
@@ -182,7 +197,9 @@ class Transcript:
         continuation's less the text it carried) and every part's completion tokens."""
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         out = dict(usage)
-        if isinstance(prompt, int):
+        if self.prompt_tokens is not None and isinstance(prompt, int):
+            out["prompt_tokens"] = self.prompt_tokens  # a text re-tokenised may not be the tokens made
+        elif isinstance(prompt, int):
             out["prompt_tokens"] = max(0, prompt - self.carried)
         if isinstance(completion, int):
             out["completion_tokens"] = completion + self.carried
@@ -230,12 +247,25 @@ class Transcript:
         usage = data.get("usage")
         if isinstance(usage, dict) and isinstance(made := usage.get("completion_tokens"), int):
             self.tokens = self.carried + made  # the engine's own count of this part's tokens
+            if self.part == 0 and isinstance(prompt := usage.get("prompt_tokens"), int):
+                self.prompt_tokens = prompt
+        timings = data.get("timings")
+        if self.timings and isinstance(timings, dict) and isinstance(made := timings.get("predicted_n"), int):
+            self.tokens = self.carried + made  # llama.cpp's
+            read, cached = timings.get("prompt_n"), timings.get("cache_n")
+            if self.part == 0 and isinstance(read, int) and isinstance(cached, int):
+                self.prompt_tokens = read + cached
         return kind
 
 
 # Constrained decoding: the engine's grammar would start over on a continuation, from the
 # text so far as if it were part of the prompt, and the output would no longer follow it.
 _CONSTRAINED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
+def _finished(data: dict[str, Any]) -> bool:
+    choices = data.get("choices")
+    return bool(choices) and isinstance(choices, list) and isinstance(choices[0], dict) and bool(choices[0].get("finish_reason"))
 
 
 def by_ids(req: InferenceRequest) -> bool:

@@ -39,6 +39,11 @@ class BackendConfig:
         """May a paused generation on it continue from token ids (``engines.TOKEN_RESUME``)?"""
         return self.resume in engines.TOKEN_RESUME
 
+    @property
+    def counts_by_timings(self) -> bool:
+        """Does a stream on it count its tokens by llama.cpp's ``timings`` (``engines.COUNT_BY_TIMINGS``)?"""
+        return self.resume in engines.COUNT_BY_TIMINGS
+
 
 @dataclass(frozen=True, slots=True)
 class ModelList:

@@ -134,6 +134,11 @@ NEUTRAL = EngineProfile(
 # carry the ids, or the request needs the text (stop strings, a reasoning or tool parser),
 # the text resume stands in (``gateway/request/resume.py``).
 TOKEN_RESUME: frozenset[ResumeMode] = frozenset({ResumeMode.VLLM})
+# How a stream that may be paused learns how many tokens it has made (chunks are not
+# tokens: servers merge them when they fall behind, or hold back part of a character):
+# vLLM and SGLang put a running usage on every chunk (``stream_options.continuous_usage_stats``);
+# llama.cpp its ``timings`` with ``predicted_n`` (``timings_per_token``).
+COUNT_BY_TIMINGS: frozenset[ResumeMode] = frozenset({ResumeMode.LLAMACPP})
 
 
 def priority_value(p: EngineProfile, order: str, priority: int) -> int | None:

@@ -17,12 +17,15 @@ import httpx
 import orjson
 import pytest
 
+from redis.asyncio import Redis
+
 from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp
 from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
-from tests.engines.calls import chat, completion, events, path_of, stream
-from tests.engines.conftest import gateways_in_front
-from tests.support import eventually
+from scheduler.queue.keys import PoolKeys
+from tests.engines.calls import chat, completion, events, path_of, stream, text_of
+from tests.engines.conftest import PAUSING, gateways_in_front
+from tests.support import eventually, progress_past
 
 SLOTS = 4
 CTX_PER_SLOT = 16384
@@ -173,3 +176,50 @@ async def test_llamacpp_queues_past_its_slots_and_the_adaptive_limit_reads_it(
         finally:
             await tasks.stop(runs)  # the clients leave
     await eventually(lambda: _idle(llama), within_s=60, every_s=0.1)
+
+
+VICTIM = 3000  # output tokens: long enough to be running when the short request comes
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+async def test_a_paused_stream_resumes_on_llamacpp(
+    llama: LlamaServer, gateway: Callable[..., str], engine_redis: Redis, prefix: str, make: Callable[..., dict]
+) -> None:
+    """A long stream holding the gateway's only slot is paused for a short request and
+    resumed by llama.cpp from its text (``continue_final_message`` on chat — llama.cpp reads
+    vLLM's field — prompt + text on completions): one response, one role chunk, one finish,
+    the length asked, usage summed over both parts with the original prompt. Its text is
+    compared with an unpaused stream's (greedy) up to the pause: the resume re-tokenises the
+    text, which a byte-level BPE may split otherwise than the model made it, and from there
+    greedy decoding may go another way (docs/engines.md)."""
+    url = gateway({"max_concurrency": 1, "adaptive": False, "resume": "llamacpp"}, **PAUSING)
+    keys = PoolKeys(prefix, "default")
+    await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
+    body = make(llama, VICTIM, True, True, "a long story") | {"temperature": 0}
+    async with httpx.AsyncClient(timeout=300) as http:
+        tries: list[dict[str, Any]] = []
+        for _ in range(3):  # once more if the victim ended before the short request came
+            victim = asyncio.create_task(stream(http, url, body, {"x-triage-expected-tokens": "2000"}))
+            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=60)
+            short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
+            raw = await victim
+            tries.append({"stats": await engine_redis.hgetall(keys.stats)})
+            await engine_redis.delete(keys.progress)
+            if b": paused" in raw:
+                break
+        unpaused = events(await stream(http, llama.url, body))
+    assert [e["usage"]["completion_tokens"] for e in events(short) if e.get("usage")] == [5], short[-600:]
+    assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), tries
+    chunks = events(raw)
+    assert len({e["id"] for e in chunks}) == 1
+    assert [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")] == ["length"]
+    usage = [e["usage"] for e in chunks if e.get("usage")]
+    expected = [e["usage"] for e in unpaused if e.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == VICTIM
+    assert usage[0]["prompt_tokens"] == expected[0]["prompt_tokens"]
+    if make is chat:
+        assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
+    before = text_of(events(raw.split(b": paused", 1)[0]))
+    assert before and text_of(unpaused).startswith(before)  # up to the pause: the tokens the model made
+    # After it, the same text only where the text so far re-tokenised into the tokens the model
+    # made: measured on this model, chat went on the same, completions did not (docs/engines.md)

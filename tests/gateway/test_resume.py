@@ -249,3 +249,39 @@ def test_tokens_whose_text_was_held_back_are_made_again() -> None:
     t.read(ROLE_IDS + WORD_IDS % (b" a", 11, 4, 1) + WORD_IDS % (b"", 12, 5, 2))
     carried = t.next_part()
     assert carried.ids == (4, 0, 9, 11) and carried.tokens == 1 and t.carried == 1
+
+
+# llama.cpp's completions chunks with timings_per_token (what a stream on it that may be paused
+# asks for); the finish chunk carries timings and usage unasked
+LLAMA = (
+    b'data: {"choices":[{"text":"%s","index":0,"logprobs":null,"finish_reason":%s}],"created":7,"model":"m",'
+    b'"system_fingerprint":"b0","object":"text_completion","id":"c-1"%s,"timings":{"cache_n":0,"prompt_n":2,'
+    b'"predicted_n":%d,"predicted_ms":1.5}}\n\n'
+)
+
+
+def test_llamacpps_count_is_read_from_its_timings_which_are_cut_but_from_the_finish_chunk() -> None:
+    t = Transcript(chat=False)
+    t.timings = True
+    # two tokens in one event (a character held back, then sent whole)
+    assert t.read(LLAMA % (b" a", b"null", b"", 2)) == LLAMA.split(b',"timings"')[0] % (b" a", b"null", b"") + b"}\n\n"
+    assert t.tokens == 2
+    usage = b',"usage":{"completion_tokens":3,"prompt_tokens":2,"total_tokens":5}'
+    last = LLAMA % (b" b", b'"length"', usage, 3)
+    assert t.read(last) == last  # its usage is llama.cpp's own, and its timings come unasked
+    assert t.tokens == 3
+
+
+def test_a_continuation_on_llamacpp_counts_from_its_timings_and_sums_its_usage() -> None:
+    t = Transcript(chat=False)
+    t.timings = True
+    t.read(LLAMA % (b" a", b"null", b"", 2))
+    carried = t.next_part()
+    assert carried.tokens == 2
+    body = orjson.loads(request(Endpoint.COMPLETIONS, max_tokens=10).upstream_body(None, carried, timings=True))
+    assert body["timings_per_token"] is True and body["max_tokens"] == 8 and body["prompt"] == "Once a"
+    assert body["stream_options"] == {"include_usage": True}
+    out = t.read(LLAMA % (b" b", b'"length"', b',"usage":{"completion_tokens":1,"prompt_tokens":4,"total_tokens":5}', 1))
+    data = orjson.loads(out.removeprefix(b"data: "))
+    assert data["usage"] == {"completion_tokens": 3, "prompt_tokens": 2, "total_tokens": 5} and t.tokens == 3
+    assert data["timings"]["predicted_n"] == 1 and data["id"] == "c-1"

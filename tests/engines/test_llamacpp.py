@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-
 from redis.asyncio import Redis
 
 from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C and SIGTERM stop the children too, even when started where SIGINT is ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _stop_on_term)
-    if getattr(args, "engine", "sim") == "vllm":
+    if getattr(args, "engine", "sim") != "sim":
         return bench.run(args)
     cfg = compare_config(args)
     workload = load_workload(cfg.workload)

@@ -44,6 +44,7 @@ class CompareConfig:
     quiet: bool
     train_s: float = 0.0  # teach the gateways' predictor first, on other prompts (seed + 1)
     gateway_settings: dict[str, Any] = field(default_factory=dict)  # --gateway-set, every measured gateway
+    resume: str = "vllm"  # how the backends continue a paused generation (the *_preempt modes)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

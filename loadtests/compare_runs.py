@@ -173,7 +173,7 @@ def run_arm(cfg: CompareConfig, workload: Workload, catalog: PromptCatalog, mode
         if trained:
             paste_hash(redis_url, predictor_key("default", prefix), trained)
         conf = mode_gateway_config(mode, redis_url, prefix, list(direct), cfg.sim.model, cfg.sim.max_num_seqs,
-                                   free_port(), cfg.gateway_settings)
+                                   free_port(), cfg.gateway_settings, cfg.resume)
         child = gateway(conf, f"gateway-{mode}-{load}", logs)
         try:
             urls = (child.start("/ready"),)

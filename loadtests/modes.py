@@ -43,12 +43,14 @@ def uses_oracle(mode: str) -> bool:
 
 
 def mode_gateway_config(mode: str, redis_url: str, key_prefix: str, backends: list[str], model: str,
-                        max_num_seqs: int, port: int, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The configuration of the gateway of ``mode``; ``settings`` (``--gateway-set``) lose to the mode's own."""
+                        max_num_seqs: int, port: int, settings: dict[str, Any] | None = None,
+                        resume: str = "vllm") -> dict[str, Any]:
+    """The configuration of the gateway of ``mode``; ``settings`` (``--gateway-set``) lose to the mode's own;
+    ``resume``: how the backends of a mode that pauses continue a generation (their engine)."""
     policy, extra, backend = GATEWAY_MODES[mode]
     limit = max_num_seqs * backend.get("limit_factor", 1)
     conf = gateway_config(redis_url, key_prefix, policy, backends, model, limit, port, {**(settings or {}), **extra})
-    per_backend = {k: v for k, v in backend.items() if k != "limit_factor"}
+    per_backend = {k: (resume if k == "resume" else v) for k, v in backend.items() if k != "limit_factor"}
     for b in conf["backends"]:
         b.update(per_backend)
     return conf

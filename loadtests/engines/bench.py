@@ -1,9 +1,9 @@
-"""``triage bench compare --engine vllm``: the honest comparison against a real vLLM.
+"""``triage bench compare --engine vllm|llamacpp``: the honest comparison against a real engine.
 
 The same workload, modes and run code as on the simulator (``loadtests/compare_runs.py``),
-with the simulators replaced by one vLLM (CPU build, the tiny random-weight Llama) and
-a length sidecar (``length_proxy``) in front of it that stops each reply at its true
-length. Every arm goes through the sidecar, ``direct`` included; the gateway never
+with the simulators replaced by one real engine — vLLM (CPU build) or llama.cpp's
+``llama-server``, serving the tiny random-weight Llama — and a length sidecar
+(``length_proxy``) in front of it that stops each reply at its true length. Every arm goes through the sidecar, ``direct`` included; the gateway never
 sees a length (clients send no ``max_tokens``; the table lives in the sidecar only).
 
 Run-to-run spread on a shared machine is large, so each mode runs ``--repeats`` times,
@@ -41,16 +41,8 @@ from loadtests.compare_runs import (
     train_predictor,
 )
 from loadtests.datasets import PromptCatalog
-from loadtests.engines.vllm import (
-    MODEL_NAME,
-    EngineUnavailable,
-    VllmSpec,
-    build_model,
-    find_python,
-    metric,
-    running_vllm,
-    vllm_version,
-)
+from loadtests.engines.under_test import engine_accounting, start_engine
+from loadtests.engines.vllm import MODEL_NAME
 from loadtests.length_table import FILE_NAME, write_length_table
 from loadtests.plan import LoadConfig
 from loadtests.report import record_json, write_json, write_records
@@ -80,8 +72,8 @@ METRICS = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags ``bench compare`` gains for a real engine."""
-    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
-                   help="backends: simulators (default) or one real vLLM behind a length sidecar")
+    p.add_argument("--engine", choices=("sim", "vllm", "llamacpp"), default="sim",
+                   help="backends: simulators (default), or one real vLLM or llama.cpp behind a length sidecar")
     p.add_argument("--repeats", type=int, default=3, help="--engine vllm: runs per mode, interleaved (default 3)")
     p.add_argument("--engine-model-dir", default=None, help="--engine vllm: the tiny model's folder (default OUT/model)")
     p.add_argument("--cost-rounds", type=int, default=1,
@@ -150,10 +142,10 @@ def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _sidecar(upstream: str, table: Path, logs: Path) -> Child:
+def _sidecar(upstream: str, table: Path, logs: Path, tokenize: str = "vllm") -> Child:
     port = free_port()
     cmd = [sys.executable, "-m", "loadtests.engines.length_proxy", "--upstream", upstream, "--table", str(table),
-           "--port", str(port)]
+           "--port", str(port), "--tokenize", tokenize]
     return Child("length sidecar", cmd, f"http://127.0.0.1:{port}", logs / "length-proxy.log")
 
 
@@ -227,27 +219,17 @@ def run(args: argparse.Namespace) -> int:
                   Settings.model_fields["medium_max_tokens"].default)
     table = hidden_lengths_table(cfg, workload, catalog) or write_length_table((cfg.out / FILE_NAME).resolve(), {})
     logs = cfg.out / "logs"
-    try:
-        python = find_python()
-        version = vllm_version(python)
-        model_dir = build_model(python, Path(args.engine_model_dir or cfg.out / "model").resolve())
-    except EngineUnavailable as exc:
-        raise CompareError(str(exc)) from None
-    spec = VllmSpec(model_dir=model_dir, max_num_seqs=cfg.sim.max_num_seqs, max_model_len=16384,
-                    kv_cache_bytes=1 << 30)
-    cfg = replace(cfg, sim=replace(cfg.sim, model=MODEL_NAME, profile=f"vllm-{version}"))
     runs: list[dict[str, Any]] = []
     with ExitStack() as stack:
         redis = EmbeddedRedis()
         redis_url = redis.start()
         stack.callback(redis.stop)
-        try:
-            engine = stack.enter_context(running_vllm(spec, python, logs / "vllm.log"))
-        except EngineUnavailable as exc:
-            raise CompareError(str(exc)) from None
+        engine = start_engine(args.engine, cfg, args.engine_model_dir, logs, stack)
+        cfg = replace(cfg, sim=replace(cfg.sim, model=MODEL_NAME, profile=engine.label.replace(" ", "-")),
+                      resume=engine.resume)
         started_s = engine.started_s
-        log(cfg, f"vLLM {version} up in {started_s:.0f} s at {engine.url}")
-        sidecar = _sidecar(engine.url, table, logs)
+        log(cfg, f"{engine.label} up in {started_s:.0f} s at {engine.url}")
+        sidecar = _sidecar(engine.url, table, logs, engine.tokenize)
         stack.callback(sidecar.stop)
         try:
             direct = (sidecar.start("/health"),)
@@ -256,10 +238,10 @@ def run(args: argparse.Namespace) -> int:
         base = load_config(cfg, workload, direct, 1.0, None)
         capacity = measure_capacity(cfg, base, catalog, direct)
         log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
-        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds, engine.proc.pid)
+        costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds, engine.pid)
         log(cfg, f"gateway cost: {costs}")
         if args.cost_only:
-            write_json(cfg.json_path, {"schema": "triage.compare-engine-cost/1", "engine": f"vllm {version}",
+            write_json(cfg.json_path, {"schema": "triage.compare-engine-cost/1", "engine": engine.label,
                                        "machine": {"at_start": at_start, "at_end": machine()},
                                        "capacity_s": cfg.capacity_s, "max_num_seqs": cfg.sim.max_num_seqs,
                                        "gateway_cost": costs})
@@ -277,18 +259,18 @@ def run(args: argparse.Namespace) -> int:
                                            "after": [round(x, 2) for x in os.getloadavg()]}
                     as_json = [record_json(r) for r in records]
                     row["tokens"] = token_accounting(as_json, cfg.warmup_s)
-                    row["engine"] = engine_accounting(counters, engine.metrics(), as_json)
+                    row["engine"] = engine_accounting(counters, engine.metrics(), as_json, engine.counters)
                     runs.append(row)
                     write_records(cfg.out / "runs" / f"{mode}-{load}-r{rep}.jsonl", records)
     report = {
         "schema": "triage.compare-engine/1",
-        "config": {"engine": f"vllm {version}", "model": "tiny random-weight Llama (loadtests/engines/tiny_model.py)",
+        "config": {"engine": engine.label, "model": engine.model,
                    "workload": workload.name, "lengths": workload.lengths.value, "loads": list(cfg.loads),
                    "modes": list(cfg.modes), "repeats": args.repeats, "max_num_seqs": cfg.sim.max_num_seqs,
                    "duration_s": cfg.duration_s, "warmup_s": cfg.warmup_s, "drain_s": cfg.drain_s,
                    "predictor_training_s": cfg.train_s, "seed": cfg.seed, "class_thresholds": list(thresholds),
                    "length_stop": "sidecar (loadtests/engines/length_proxy.py): max_tokens + ignore_eos"},
-        "machine": {"at_start": at_start, "at_end": machine(), "vllm_start_s": round(started_s, 1)},
+        "machine": {"at_start": at_start, "at_end": machine(), "engine_start_s": round(started_s, 1)},
         "capacity": capacity,
         "gateway_cost": costs,
         "data_origin": catalog.origin,
@@ -344,23 +326,6 @@ def token_accounting(records: list[dict[str, Any]], warmup_s: float) -> dict[str
     short = sum(1 for r in ok if (r["output_tokens"] or 0) < r["planned_tokens"])
     return {"planned": planned, "reported": reported, "requests_reported_short": short,
             "reported_vs_planned": round(reported / planned, 4) if planned else None}
-
-
-def engine_accounting(before: dict[str, float], after: dict[str, float], records: list[dict[str, Any]]) -> dict[str, Any]:
-    """What vLLM itself counted over one run (its ``/metrics`` before and after): prompt
-    tokens it was sent, found in its prefix cache, and computed; output tokens it
-    generated, against those the clients were delivered (every request of the run)."""
-
-    def delta(name: str) -> float:
-        return metric(after, name) - metric(before, name)
-
-    prompt, cached = delta("vllm:prompt_tokens_total"), delta("vllm:prompt_tokens_cached_total")
-    queries, hits = delta("vllm:prefix_cache_queries_total"), delta("vllm:prefix_cache_hits_total")
-    generated = delta("vllm:generation_tokens_total")
-    delivered = sum(int(r.get("output_tokens") or 0) for r in records)
-    return {"prompt_tokens": int(prompt), "prompt_cached": int(cached), "prompt_computed": int(prompt - cached),
-            "hit_share": round(hits / queries, 4) if queries else None, "generated": int(generated),
-            "delivered": delivered, "generated_vs_delivered": round(generated / delivered, 4) if delivered else None}
 
 
 def rebuild(path: Path, runs_dir: Path | None = None) -> str:

@@ -17,16 +17,22 @@ the gateway cannot read it: the table lives in this process only.
 A continuation (the gateway resuming a paused stream: a final assistant message with
 ``continue_final_message``, or a completions prompt that extends a listed one) gets the
 *rest* of its length: the true length less the tokens of the text so far, counted by the
-engine's own ``/tokenize``. Requests that match no row pass through unchanged.
+engine's own ``/tokenize`` (vLLM's or llama.cpp's, ``--tokenize``). A continuation from
+token ids (a completions prompt that is a listed request's prompt ids followed by the ids
+made so far) is known by those ids: the start of a listed request's stream is read for
+the ``prompt_token_ids`` vLLM sends when asked, and the rest is the length less the ids
+that follow them. Requests that match no row pass through unchanged.
 
-    python -m loadtests.engines.length_proxy --upstream URL --table FILE [--port P]
+    python -m loadtests.engines.length_proxy --upstream URL --table FILE [--port P] [--tokenize vllm|llamacpp]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +43,17 @@ import uvicorn
 from loadtests.length_table import read_length_table
 
 Scope = dict[str, Any]
+_PROMPT_IDS = re.compile(rb'"prompt_token_ids": ?\[([0-9, ]*)\]')
 
 
 class LengthProxy:
     """The ASGI app: rewrites ``max_tokens`` of generation requests, relays everything else."""
 
-    def __init__(self, upstream: str, lengths: dict[str, int]) -> None:
+    def __init__(self, upstream: str, lengths: dict[str, int], tokenize: str = "vllm") -> None:
         self.upstream = upstream.rstrip("/")
         self.lengths = lengths
+        self.tokenize = tokenize  # whose /tokenize the engine serves: vllm or llamacpp
+        self.by_ids: dict[tuple[int, ...], int] = {}  # a listed prompt's token ids (as the engine read it) -> length
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
                                         limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
         self.rewritten = 0
@@ -67,8 +76,9 @@ class LengthProxy:
             if not message.get("more_body"):
                 break
         path = scope["path"]
+        first_of: int | None = None  # a listed request's first part: its length, to learn its prompt's ids
         if scope["method"] == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            body = await self.rewrite(path, body)
+            body, first_of = await self.rewrite(path, body)
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
         request = self.client.build_request(scope["method"], self.upstream + path, content=body, headers=headers,
                                             params=scope.get("query_string", b"").decode())
@@ -83,21 +93,40 @@ class LengthProxy:
                                                                "param": None, "code": None}}))
             return
         try:
-            await _relay_until_gone(response, receive, send)
+            await _relay_until_gone(response, receive, send, None if first_of is None else self._learner(first_of))
         finally:
             await response.aclose()  # closing the upstream response aborts the request in the engine
 
-    async def rewrite(self, path: str, raw: bytes) -> bytes:
+    def _learner(self, total: int) -> Callable[[bytes], bool]:
+        """Reads the start of a listed request's stream for its prompt's token ids (vLLM's
+        ``prompt_token_ids``, sent when the caller asked ``return_token_ids``), so that a
+        continuation from token ids is known by them. True once done."""
+        seen = bytearray()
+
+        def read(chunk: bytes) -> bool:
+            seen.extend(chunk)
+            if (m := _PROMPT_IDS.search(seen)) is not None:
+                ids = tuple(int(x) for x in m.group(1).split(b",") if x.strip())
+                if ids:
+                    self.by_ids[ids] = total
+                return True
+            return b"\n\n" in seen or len(seen) > 1 << 20  # the first event is past: none sent
+
+        return read
+
+    async def rewrite(self, path: str, raw: bytes) -> tuple[bytes, int | None]:
+        """The body to send, and the listed length where it is a listed request's first part."""
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return raw
+            return raw, None
         if not isinstance(body, dict):
-            return raw
+            return raw, None
         tokens = await self.remaining(path, body)
         if tokens is None:
             self.unmatched += 1
-            return raw
+            return raw, None
+        first = self._first_part(path, body)
         self.rewritten += 1
         body["max_tokens"] = max(1, tokens)
         body.pop("max_completion_tokens", None)
@@ -105,7 +134,15 @@ class LengthProxy:
         # special tokens stay in the text, so the text so far re-encodes to exactly the tokens
         # generated (the tiny model's word-level vocabulary round-trips; see tiny_model.py)
         body["skip_special_tokens"] = False
-        return orjson.dumps(body)
+        return orjson.dumps(body), tokens if first else None
+
+    def _first_part(self, path: str, body: dict[str, Any]) -> bool:
+        """Is it a request's first part (not a continuation of text or of token ids)?"""
+        if path == "/v1/chat/completions":
+            messages = body.get("messages") or [{}]
+            return not (body.get("continue_final_message") and isinstance(messages[-1], dict)
+                        and messages[-1].get("role") == "assistant")
+        return isinstance(body.get("prompt"), str) and body["prompt"] in self.lengths
 
     async def remaining(self, path: str, body: dict[str, Any]) -> int | None:
         """The tokens this request may still generate; None when its prompt is not listed."""
@@ -120,6 +157,12 @@ class LengthProxy:
                 return total
             return total - await self.count(body.get("model"), str(last.get("content") or ""))
         prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+            # a continuation from token ids: a listed prompt's ids, then the tokens made so far
+            for ids, total in self.by_ids.items():
+                if len(ids) <= len(prompt) and tuple(prompt[: len(ids)]) == ids:
+                    return total - (len(prompt) - len(ids))
+            return None
         if not isinstance(prompt, str):
             return None
         if prompt in self.lengths:
@@ -130,16 +173,22 @@ class LengthProxy:
         return None
 
     async def count(self, model: Any, text: str) -> int:
-        """Tokens of ``text`` by the engine's own tokenizer (vLLM's ``/tokenize``)."""
+        """Tokens of ``text`` by the engine's own tokenizer (its ``/tokenize``)."""
         if not text:
             return 0
+        if self.tokenize == "llamacpp":  # llama-server: {"content", "add_special"} -> {"tokens": [...]}
+            resp = await self.client.post(f"{self.upstream}/tokenize", json={"content": text, "add_special": False})
+            resp.raise_for_status()
+            return len(resp.json()["tokens"])
         resp = await self.client.post(f"{self.upstream}/tokenize",
                                       json={"model": model, "prompt": text, "add_special_tokens": False})
         resp.raise_for_status()
         return int(resp.json()["count"])
 
 
-async def _relay_until_gone(response: httpx.Response, receive: Any, send: Any) -> None:
+async def _relay_until_gone(
+    response: httpx.Response, receive: Any, send: Any, watch: Callable[[bytes], bool] | None = None
+) -> None:
     """Relay the engine's answer until it ends or the caller leaves, whichever is first.
 
     Under uvicorn a ``send`` after the caller has gone returns quietly, so relaying alone
@@ -150,7 +199,10 @@ async def _relay_until_gone(response: httpx.Response, receive: Any, send: Any) -
     async def relay() -> None:
         out = [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length", b"transfer-encoding")]
         await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+        reading = watch
         async for chunk in response.aiter_raw():
+            if reading is not None and reading(chunk):
+                reading = None
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
@@ -180,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream", required=True, help="the engine's base URL")
     parser.add_argument("--table", type=Path, required=True, help="JSON lines of {prompt, output_tokens}")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tokenize", choices=("vllm", "llamacpp"), default="vllm",
+                        help="the engine's /tokenize dialect (default vllm)")
     args = parser.parse_args(argv)
-    app = LengthProxy(args.upstream, read_length_table(args.table))
+    app = LengthProxy(args.upstream, read_length_table(args.table), args.tokenize)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
     return 0
 

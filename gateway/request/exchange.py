@@ -19,7 +19,7 @@ from gateway import sse
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.request.context import RequestContext
 from gateway.request.relay import relay_events
-from gateway.request.resume import by_ids, resumable
+from gateway.request.resume import Transcript, by_ids, resumable
 from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
 from gateway.telemetry.tracing import BackendCall, Reply
@@ -54,15 +54,19 @@ class Exchange:
         assert job.route is not None
         return job.route.backend.token_resume and job.may_pause and resumable(self.req) and by_ids(self.req)
 
+    def transcript(self, job: Job) -> Transcript:
+        """The transcript of this request's stream on the job's backend (what was asked of it)."""
+        assert job.route is not None
+        return Transcript.of(self.req, self.asks_ids(job), job.route.backend.counts_by_timings)
+
     async def open(self, job: Job, body: bytes | None = None, endpoint: Endpoint | None = None) -> httpx.Response:
         """Send the request (``body``: the client's own, rewritten only where it must be)
         to the backend of the job's current grant (at ``endpoint``: the request's own if None)."""
         assert job.grant is not None and job.route is not None
         backend = job.route.backend
         if body is None:  # a stream that may be paused counts its tokens exactly
-            counted = job.may_pause and resumable(self.req)
             body = self.req.upstream_body(
-                job.route.priority, counted=counted, ids=counted and self.asks_ids(job),
+                job.route.priority, counted=job.may_pause and resumable(self.req), ids=self.asks_ids(job),
                 timings=backend.counts_by_timings,
             )
         self.ctx.trace.dispatched(job.grant)

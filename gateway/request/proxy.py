@@ -165,7 +165,7 @@ class Proxy:
     async def _whole(self, watch: DisconnectWatch, job: Job, ex: Exchange, out: dict[str, str]) -> Response:
         """Relay a stream the client did not ask for into a transcript, pausing it as a
         stream would be; then the answer the backend would have written."""
-        stats, transcript = StreamStats(), Transcript(ex.req.endpoint is Endpoint.CHAT)
+        stats, transcript = StreamStats(), ex.transcript(job)
         try:
             with watch.guard():
                 async for _ in self._relay(job, ex, stats, transcript=transcript):
@@ -258,13 +258,8 @@ class Proxy:
                 yield block
             return
         ctx = ex.ctx
-        options = ex.req.body.get("stream_options") or {}
         if transcript is None:
-            transcript = Transcript(ex.req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")))
-        transcript.ids_asked = ex.asks_ids(job)
-        transcript.timings = job.route.backend.counts_by_timings
-        transcript.keep_ids = bool(ex.req.body.get("return_token_ids"))
-        transcript.keep_timings = bool(ex.req.body.get("timings_per_token"))
+            transcript = ex.transcript(job)
         resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:

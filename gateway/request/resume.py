@@ -48,7 +48,6 @@ PAUSED = sse.comment("paused")  # keeps the client's stream (and proxies between
 _RUNNING_USAGE = re.compile(rb',"usage": ?\{(?:[^{}]|\{[^{}]*\})*\}')
 # llama.cpp's timings on a chunk (flat)
 _TIMINGS = re.compile(rb',"timings": ?\{[^{}]*\}')
-_FINISHED = re.compile(rb'"finish_reason": ?"')
 # the token ids the gateway asked for (vLLM writes the fields as null when not asked)
 _IDS = re.compile(rb'"(token_ids|prompt_token_ids)": ?\[[0-9, ]*\]')
 
@@ -66,7 +65,10 @@ def _json(event: sse.Event) -> dict[str, Any] | None:
 class Transcript:
     """What a resumable stream has produced so far, read from the events it relays."""
 
-    def __init__(self, chat: bool, keep_running_usage: bool = False, ids: bool = False, keep_ids: bool = False) -> None:
+    def __init__(
+        self, chat: bool, keep_running_usage: bool = False, ids: bool = False, keep_ids: bool = False,
+        timings: bool = False, keep_timings: bool = False,
+    ) -> None:
         self.chat = chat
         self.keep_running_usage = keep_running_usage  # the client asked for usage on every chunk
         self.ids_asked = ids  # the gateway asked for token ids, to resume from them
@@ -76,8 +78,8 @@ class Transcript:
         self.ids_whole = True  # every event that carried output carried its ids
         self.ids_shown = 0  # of them, those whose text the client has (the rest is held back)
         self.from_ids = False  # the current part continues from token ids (a completions stream)
-        self.timings = False  # the engine counts in llama.cpp's timings (predicted_n), asked on every chunk
-        self.keep_timings = False  # the client asked for them on every chunk too
+        self.timings = timings  # the engine counts in llama.cpp's timings (predicted_n), asked on every chunk
+        self.keep_timings = keep_timings  # the client asked for them on every chunk too
         self._text: list[str] = []
         self.tokens = 0  # output tokens the client has been sent
         self.tool_call = False  # a tool-call delta was seen: it cannot be resumed
@@ -90,6 +92,17 @@ class Transcript:
         self.prompt_tokens: int | None = None  # the original prompt's, where the first part told it
         self.part = 0  # 0: the first upstream call; n: the n-th continuation
         self.carried = 0  # tokens carried into the current part (sent before it began)
+
+    @classmethod
+    def of(cls, req: InferenceRequest, ids: bool, timings: bool) -> Transcript:
+        """The transcript of ``req``'s stream: ``ids``, ``timings``: what the gateway asked the
+        engine for; what the client asked for itself is read from its body."""
+        body = req.body
+        options = body.get("stream_options") or {}
+        return cls(
+            req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")), ids,
+            bool(body.get("return_token_ids")), timings, bool(body.get("timings_per_token")),
+        )
 
     @property
     def text(self) -> str:
@@ -106,12 +119,13 @@ class Transcript:
     def next_part(self) -> Carried:
         """The stream paused: what its next part carries (the text so far and its tokens,
         and the token ids where every one of them is known)."""
-        exact = self.ids_asked and self.ids_whole and self.prompt_ids is not None and len(self.ids) == self.tokens
-        if exact and self.prompt_ids:
+        ids = None
+        if self.ids_asked and self.ids_whole and self.prompt_ids and len(self.ids) == self.tokens:
             # tokens whose text the engine held back (part of a character) are made again
             del self.ids[self.ids_shown:]
             self.tokens = len(self.ids)
-        carried = Carried(self.text, self.tokens, tuple(self.prompt_ids + self.ids) if exact and self.prompt_ids else None)
+            ids = tuple(self.prompt_ids + self.ids)
+        carried = Carried(self.text, self.tokens, ids)
         self.part += 1
         self.carried = self.tokens
         self.from_ids = carried.ids is not None
@@ -120,16 +134,12 @@ class Transcript:
     def read(self, block: bytes) -> bytes:
         """Take in one relayed block; from the second part on, rewrite it as part of the first."""
         if self.part == 0:
-            if b'"usage"' not in block:
+            if b'"usage"' in block or (self.timings and not self.keep_timings and b'"timings"' in block):
+                block = b"".join(self._first_part_event(raw) for raw in sse.split_events(block))
+            else:
                 for event in sse.parse(block):
                     if (data := _json(event)) is not None:
                         self._take(data)
-            else:
-                block = b"".join(self._first_part_event(raw) for raw in sse.split_events(block))
-            if self.timings and not self.keep_timings and b'"timings"' in block:
-                block = b"".join(
-                    raw if _FINISHED.search(raw) else _TIMINGS.sub(b"", raw, count=1) for raw in sse.split_events(block)
-                )  # a finish chunk carries them unasked
             return _IDS.sub(rb'"\1":null', block) if self.ids_asked and not self.keep_ids else block
         out: list[bytes] = []
         for raw in sse.split_events(block):
@@ -163,8 +173,10 @@ class Transcript:
             return raw
         self._take(data)
         if data.get("choices") and isinstance(data.get("usage"), dict) and not self.keep_running_usage and not self.timings:
-            return _RUNNING_USAGE.sub(b"", raw, count=1)
-        return raw  # llama.cpp's usage on a finish chunk: its own, not a running count
+            raw = _RUNNING_USAGE.sub(b"", raw, count=1)  # (llama.cpp's usage on a finish chunk is its own)
+        if self.timings and not self.keep_timings and "timings" in data and not _finished(data):
+            raw = _TIMINGS.sub(b"", raw, count=1)  # a finish chunk carries them unasked
+        return raw
 
     def _from_ids(self, data: dict[str, Any]) -> dict[str, Any]:
         """A chunk of a continuation from token ids (a completions stream) as the first

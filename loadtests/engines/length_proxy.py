@@ -122,11 +122,11 @@ class LengthProxy:
             return raw, None
         if not isinstance(body, dict):
             return raw, None
-        tokens = await self.remaining(path, body)
-        if tokens is None:
+        found = await self.remaining(path, body)
+        if found is None:
             self.unmatched += 1
             return raw, None
-        first = self._first_part(path, body)
+        tokens, first = found
         self.rewritten += 1
         body["max_tokens"] = max(1, tokens)
         body.pop("max_completion_tokens", None)
@@ -136,16 +136,9 @@ class LengthProxy:
         body["skip_special_tokens"] = False
         return orjson.dumps(body), tokens if first else None
 
-    def _first_part(self, path: str, body: dict[str, Any]) -> bool:
-        """Is it a request's first part (not a continuation of text or of token ids)?"""
-        if path == "/v1/chat/completions":
-            messages = body.get("messages") or [{}]
-            return not (body.get("continue_final_message") and isinstance(messages[-1], dict)
-                        and messages[-1].get("role") == "assistant")
-        return isinstance(body.get("prompt"), str) and body["prompt"] in self.lengths
-
-    async def remaining(self, path: str, body: dict[str, Any]) -> int | None:
-        """The tokens this request may still generate; None when its prompt is not listed."""
+    async def remaining(self, path: str, body: dict[str, Any]) -> tuple[int, bool] | None:
+        """The tokens this request may still generate, and whether it is a listed request's
+        first part (not a continuation of text or of token ids); None when it is not listed."""
         if path == "/v1/chat/completions":
             messages = body.get("messages") or []
             users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
@@ -153,23 +146,25 @@ class LengthProxy:
                 return None
             total = self.lengths.get(users[-1]["content"])
             last = messages[-1] if messages else {}
-            if total is None or not (body.get("continue_final_message") and last.get("role") == "assistant"):
-                return total
-            return total - await self.count(body.get("model"), str(last.get("content") or ""))
+            if total is None:
+                return None
+            if not (body.get("continue_final_message") and last.get("role") == "assistant"):
+                return total, True
+            return total - await self.count(body.get("model"), str(last.get("content") or "")), False
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
             # a continuation from token ids: a listed prompt's ids, then the tokens made so far
             for ids, total in self.by_ids.items():
                 if len(ids) <= len(prompt) and tuple(prompt[: len(ids)]) == ids:
-                    return total - (len(prompt) - len(ids))
+                    return total - (len(prompt) - len(ids)), False
             return None
         if not isinstance(prompt, str):
             return None
         if prompt in self.lengths:
-            return self.lengths[prompt]
+            return self.lengths[prompt], True
         for listed, total in self.lengths.items():  # a continuation: the listed prompt + text so far
             if prompt.startswith(listed):
-                return total - await self.count(body.get("model"), prompt[len(listed):])
+                return total - await self.count(body.get("model"), prompt[len(listed):]), False
         return None
 
     async def count(self, model: Any, text: str) -> int:

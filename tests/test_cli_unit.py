@@ -54,3 +54,18 @@ def test_python_m_triage_is_the_same_command(monkeypatch: pytest.MonkeyPatch, ca
     with pytest.raises(SystemExit) as caught:
         runpy.run_module("triage.__main__", run_name="__main__")
     assert caught.value.code == 0 and capsys.readouterr().out.startswith("usage: triage")
+
+
+def test_logging_leaves_out_a_line_per_upstream_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx logs every request it sends at INFO; the gateway's own logs say what a request
+    did, so the command keeps those lines out and still shows httpx's warnings."""
+    import logging
+
+    from triage.cli import configure_logging
+
+    for name in ("httpx", "httpcore"):
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    configure_logging()
+    for name in ("httpx", "httpcore"):
+        log = logging.getLogger(name)
+        assert not log.isEnabledFor(logging.INFO) and log.isEnabledFor(logging.WARNING)

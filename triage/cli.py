@@ -166,10 +166,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Libraries that log every request at INFO: the gateway's own access log and request log
+# say what happened to a request; these would add a line (and its cost) per upstream call.
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
+def configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     words = sys.argv[1:] if argv is None else argv
     if len(words) >= 2 and words[0] == "predictor" and words[1] in ("eval", "finetune", "warm-start"):
         return predictor(words[1], words[2:])  # the tool parses its own flags

@@ -67,3 +67,40 @@ async def test_a_cluster_url_gives_a_cluster_client_seeded_with_every_node() -> 
         ("127.0.0.1", 7000), ("127.0.0.1", 7001)
     }
     await client.aclose()
+
+
+_COMMANDS = [
+    ("EVALSHA", "0123abcd", 1, "q:{pool}", "me", 30, 0.25, 1e-07, 2.5e20, -5, 12345678901234567890, "héllo", b"\x00\xff"),
+    ("CONFIG GET", "maxmemory"),  # two words: redis-py sends them as two arguments
+    (b"CLIENT SETNAME", "x"),
+    ("SET", "k", memoryview(b"ab")),  # not hiredis's: redis-py packs it
+]
+
+
+@pytest.mark.parametrize("command", _COMMANDS)
+def test_hiredis_packs_the_bytes_redis_py_would(command: tuple) -> None:
+    from redis.asyncio.connection import Connection
+
+    plain, packed = Connection(), redis_client.hiredis_packed(Connection)()
+    assert b"".join(packed.pack_command(*command)) == b"".join(plain.pack_command(*command))
+
+
+@pytest.mark.parametrize("value", [True, None, [1]])
+def test_a_value_redis_cannot_take_is_refused_as_redis_py_refuses_it(value: object) -> None:
+    from redis.asyncio.connection import Connection
+    from redis.exceptions import DataError
+
+    with pytest.raises(DataError, match="Invalid input"):
+        redis_client.hiredis_packed(Connection)().pack_command("SET", "k", value)
+
+
+async def test_the_command_client_runs_scripts_and_two_word_commands_packed_by_hiredis(redis_url: str) -> None:
+    client = redis_client.command_client(redis_url, "t-packed")
+    try:
+        assert client.connection_pool.connection_class.__name__.startswith("Packed")
+        script = client.register_script("return {ARGV[1], ARGV[2], KEYS[1]}")
+        assert await script(keys=["k:{p}"], args=["héllo", 0.25]) == ["héllo".encode(), b"0.25", b"k:{p}"]
+        assert "maxmemory" in await client.config_get("maxmemory")
+        assert any(c["name"] == "t-packed" for c in await client.client_list())
+    finally:
+        await client.aclose()

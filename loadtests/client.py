@@ -60,9 +60,14 @@ class Target:
     oracle_header: bool = True  # send x-triage-oracle-tokens (read only by an oracle-policy gateway)
 
 
+def streams(req: PlannedRequest, target: Target) -> bool:
+    return target.stream if req.stream is None else req.stream
+
+
 def request_body(req: PlannedRequest, target: Target) -> dict[str, Any]:
     """The JSON body; ``max_tokens`` and ``ignore_eos`` only when the workload tells the length."""
-    body: dict[str, Any] = {"model": target.model, "temperature": 0.0, "stream": target.stream}
+    stream = streams(req, target)
+    body: dict[str, Any] = {"model": target.model, "temperature": 0.0, "stream": stream}
     if req.send_max_tokens:
         body["max_tokens"] = req.max_tokens
         body["ignore_eos"] = True
@@ -70,7 +75,7 @@ def request_body(req: PlannedRequest, target: Target) -> dict[str, Any]:
         body["messages"] = [{"role": "user", "content": req.prompt}]
     else:
         body["prompt"] = req.prompt
-    if target.stream:
+    if stream:
         body["stream_options"] = {"include_usage": True}
     return body
 
@@ -131,7 +136,7 @@ class Sender:
                     await resp.aread()
                     return RequestRecord(start_s=start_s, ok=False, error=f"http_{resp.status_code}",
                                          e2e_s=time.perf_counter() - start, **base, **meta)
-                if target.stream:
+                if streams(req, target):
                     return await self._read_stream(resp, req, start, start_s, base, meta)
                 data = orjson.loads(await resp.aread())
                 e2e = time.perf_counter() - start

@@ -53,6 +53,7 @@ class PlannedRequest:
     api_key: str | None = None
     tier: str | None = None
     send_max_tokens: bool = True  # False: the length is hidden, only the prompt goes out
+    stream: bool | None = None  # None: as the target streams; False: this one asks for its answer whole
 
 
 def draw_length(rule: OutputRule, rng: random.Random) -> int:
@@ -135,7 +136,16 @@ class RequestFactory:
         c = self._rng.choices(self._w.classes, self._shares)[0]
         text, ptok, real = self._prompt(c)
         out = real if c.output.kind == "dataset" and real is not None else draw_length(c.output, self._rng)
-        return PlannedRequest(index, c.name, text, ptok, out, at_s, self._tenant(), c.tier, not self._hidden)
+        return PlannedRequest(index, c.name, text, ptok, out, at_s, self._tenant(), c.tier, not self._hidden,
+                              self._stream(index, text, out))
+
+    def _stream(self, index: int, text: str, out: int) -> bool | None:
+        """False for the workload's unstreamed share of long replies; None (the target's way) otherwise."""
+        u = self._w.unstreamed
+        if u is None or out <= u.over_tokens:
+            return None
+        digest = hashlib.blake2b(f"{index}|{text}".encode(), digest_size=8).digest()
+        return False if int.from_bytes(digest, "little") % 10_000 < u.share * 10_000 else None
 
     def from_trace(self, index: int, row: TraceRow, at_s: float | None = None) -> PlannedRequest:
         """A request with a trace row's lengths: filler prompt of its input length."""

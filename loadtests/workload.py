@@ -101,6 +101,15 @@ class Tenant:
 
 
 @dataclass(frozen=True, slots=True)
+class Unstreamed:
+    """``share`` of the requests whose reply runs past ``over_tokens`` go without streaming
+    (picked by a hash of their place in the plan and their prompt: the same in every arm)."""
+
+    share: float
+    over_tokens: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     name: str
     classes: tuple[RequestClass, ...]
@@ -110,6 +119,7 @@ class Workload:
     tenants: tuple[Tenant, ...] = ()
     rate: float | None = None  # default Poisson rate (req/s), if the command line gives none
     lengths: Lengths = Lengths.MAX_TOKENS
+    unstreamed: Unstreamed | None = None  # some long replies asked for whole, as batch clients do
 
     def cls(self, name: str) -> RequestClass:
         return next(c for c in self.classes if c.name == name)
@@ -215,7 +225,7 @@ def _lengths(d: dict[str, Any], classes: tuple[RequestClass, ...]) -> Lengths:
 def parse_workload(data: Any, default_name: str = "workload") -> Workload:
     """A ``Workload`` from the loaded YAML mapping. Raises ``WorkloadError``."""
     d = _take(data, "workload", {"name", "description", "api", "classes", "trace", "tenants", "rate",
-                                 "lengths"})
+                                 "lengths", "unstreamed"})
     raw_classes = d.get("classes")
     if not isinstance(raw_classes, list) or not raw_classes:
         raise WorkloadError("classes: required, a non-empty list")
@@ -251,7 +261,18 @@ def parse_workload(data: Any, default_name: str = "workload") -> Workload:
         tenants=tuple(tenants),
         rate=_num(d, "rate", "workload", float, None, 0),
         lengths=_lengths(d, classes),
+        unstreamed=_unstreamed(d.get("unstreamed")),
     )
+
+
+def _unstreamed(data: Any) -> Unstreamed | None:
+    if data is None:
+        return None
+    u = _take(data, "unstreamed", {"share", "over_tokens"})
+    share = _num(u, "share", "unstreamed", float, None, 0)
+    if share is None or share > 1:
+        raise WorkloadError("unstreamed.share: required, a number from 0 to 1")
+    return Unstreamed(share, _num(u, "over_tokens", "unstreamed", int, 1024, 0))
 
 
 def builtin_workloads() -> list[str]:

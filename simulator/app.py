@@ -15,6 +15,7 @@ resolution): they are the hot path of gateway benchmarks, and parse with orjson.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -165,6 +166,8 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
     )
 
     engine = state.engine
+    if state.profile.request_overhead_s > 0:
+        await asyncio.sleep(state.profile.request_overhead_s)  # the API side, before the engine
     start, plan = _reply(state, req)
     # n choices are n sequences of the same plan (the simulator samples nothing: they read alike)
     seqs = [

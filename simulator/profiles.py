@@ -46,6 +46,7 @@ class Profile:
     seed: int = 0  # mixes into the output-length hash, so two simulators can disagree on purpose
     prefix_caching: bool = True  # vLLM's automatic prefix caching (on by default there too)
     block_size: int = 16  # tokens per KV block, the unit the prefix cache shares (vLLM's default)
+    request_overhead_s: float = 0.0  # in the server before the engine sees it; holds no slot
 
     def step_seconds(self, n_seqs: int, ctx_tokens: int, prefill_tokens: int) -> float:
         """Duration of one engine step with this batch."""
@@ -64,6 +65,7 @@ class Profile:
             step_per_seq_s=self.step_per_seq_s * factor,
             step_per_ctx_token_s=self.step_per_ctx_token_s * factor,
             prefill_per_token_s=self.prefill_per_token_s * factor,
+            request_overhead_s=self.request_overhead_s * factor,
         )
 
 
@@ -136,8 +138,28 @@ INSTANT = Profile(
     prefix_caching=False,
 )
 
+# vLLM 0.32's CPU build serving the tiny random-weight Llama of loadtests/engines/tiny_model.py
+# on a 2-core machine (--max-num-seqs 8, --max-model-len 16384, 1 GiB of KV cache: 349,440
+# tokens in 128-token blocks; 2,048 batched tokens a step, its CPU default): the engine of
+# docs/benchmarks/engine-vllm.md. Fitted by loadtests/engines/calibration.py; the grid, the
+# fit and how far the simulator still is from the engine: docs/simulator.md.
+VLLM_CPU_TINY = Profile(
+    name="vllm-cpu-tiny",
+    step_base_s=0.00396,
+    step_per_seq_s=0.000107,
+    step_per_ctx_token_s=0.000000467,
+    prefill_per_token_s=0.0000607,
+    max_num_seqs=8,
+    max_num_batched_tokens=2048,
+    kv_capacity_tokens=349_440,
+    max_model_len=16_384,
+    median_output_tokens=200,
+    block_size=128,
+    request_overhead_s=0.00519,
+)
+
 BUILTIN_PROFILES: MappingProxyType[str, Profile] = MappingProxyType(
-    {p.name: p for p in (LLAMA_8B_H100, LLAMA_70B_4XH100, FAST, INSTANT)}
+    {p.name: p for p in (LLAMA_8B_H100, LLAMA_70B_4XH100, FAST, INSTANT, VLLM_CPU_TINY)}
 )
 
 

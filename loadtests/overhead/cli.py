@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -66,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-connections", type=int, default=4000, help="client connections per step, at most")
     g.add_argument("--generator-cpus", type=_ints, default=[],
                    help="pin the load generator to these CPUs, e.g. 0 (default: not pinned)")
+    g.add_argument("--gateway-cpus", type=_ints, default=[],
+                   help="pin each gateway (and LiteLLM) to these CPUs and the simulator and Valkey to the "
+                        "others, e.g. 1: a gateway alone on its core is never preempted by what it wakes, "
+                        "so a profile shows its CPU, not its waits (default: not pinned)")
     t = parser.add_argument_group("targets")
     t.add_argument("--targets", type=_names, default=list(ALL_TARGETS),
                    help="comma-separated, from direct,fifo,short_first,litellm (default all)")
@@ -131,6 +136,7 @@ class Run:
         self.children.append(sim)
         self.sim_url = sim_url
         self.sim_pid = sim.pid
+        self._pin(sim.pid, gateway=False)
         _log(f"simulator (instant) at {sim_url}, pid {sim.pid}")
         for name in self.args.targets:
             if name == "direct":
@@ -147,6 +153,7 @@ class Run:
                 assert target.child is not None
                 self.children.append(target.child)
                 self.targets.append(target)
+                self._pin(target.child.pid, gateway=True)
                 _log(f"litellm at {target.url}, pid {target.child.pid}")
 
     def _litellm_venv(self) -> Path:
@@ -187,12 +194,27 @@ class Run:
         if not url:
             valkey, url = start_valkey(label, self.workdir)
             self.children.append(valkey)
+            self._pin(valkey.pid, gateway=False)
         target = start_triage(policy, url, self.sim_url, self.workload.model, self.workdir, workers=workers, tree=tree)
         assert target.child is not None
         self.children.append(target.child)
+        self._pin(target.child.pid, gateway=True)
         self.targets.append(target)
         _log(f"triage {target.name} ({policy}, {workers} worker(s){f', from {tree}' if tree else ''}) "
              f"at {target.url}, pid {target.child.pid}")
+
+    def _pin(self, pid: int, gateway: bool) -> None:
+        """``--gateway-cpus``: a gateway's process tree onto those CPUs, anything else off them."""
+        cpus = set(self.args.gateway_cpus)
+        if not cpus:
+            return
+        others = set(range(os.cpu_count() or 1)) - cpus
+        mask = cpus if gateway or not others else others
+        for p in (pid, *procstat.descendants(pid)):
+            try:
+                os.sched_setaffinity(p, mask)
+            except OSError:  # gone meanwhile
+                pass
 
     def start_baseline(self) -> None:
         if self.args.baseline is not None:
@@ -333,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 1), "workdir": str(workdir), "pids": pids,
         "targets": [t.name for t in bench.targets], "max_tokens": args.max_tokens,
-        "duration_s": args.duration, "warmup_s": args.warmup, "generator_cpus": args.generator_cpus,
+        "duration_s": args.duration, "warmup_s": args.warmup, "generator_cpus": args.generator_cpus, "gateway_cpus": args.gateway_cpus,
         **bench.notes,
     }
     if profile is not None:

@@ -169,3 +169,38 @@ async def test_the_simulator_stops_each_reply_at_its_true_length(tmp_path: Path,
     assert len(result.records) == 24
     assert all(r.ok and r.output_tokens == r.planned_tokens for r in result.records)
     assert len({r.planned_tokens for r in result.records}) > 5  # not one length for all
+
+
+def test_a_share_of_the_long_replies_is_asked_for_whole_and_the_same_in_every_arm(data_dir: Path) -> None:
+    """``unstreamed``: about that share of the replies past ``over_tokens`` go without
+    streaming (no stream options); short ones and the rest stream as the target does; two
+    plans of one seed pick the same requests."""
+    workload = parse_workload({**HIDDEN, "unstreamed": {"share": 0.33, "over_tokens": 1024}})
+    first, second = (RequestFactory(workload, PromptCatalog(data_dir), 0) for _ in range(2))
+    plan, again = [first.next(i) for i in range(600)], [second.next(i) for i in range(600)]
+    assert [r.stream for r in plan] == [r.stream for r in again]
+    long = [r for r in plan if r.max_tokens > 1024]
+    whole = [r for r in long if r.stream is False]
+    assert all(r.stream is None for r in plan if r.max_tokens <= 1024)
+    assert len(long) > 30 and 0.2 < len(whole) / len(long) < 0.46
+    target = Target(("http://127.0.0.1:1",), "m", Api.CHAT, stream=True)
+    body = request_body(whole[0], target)
+    assert body["stream"] is False and "stream_options" not in body
+    streamed = request_body(next(r for r in long if r.stream is None), target)
+    assert streamed["stream"] is True and streamed["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(
+    ("unstreamed", "message"),
+    [({"share": 1.5}, "unstreamed.share"), ({"over_tokens": 10}, "unstreamed.share"),
+     ({"share": 0.3, "every": 2}, "unstreamed.every: unknown key")],
+)
+def test_an_unstreamed_share_mistake_names_the_key(unstreamed: dict, message: str) -> None:
+    with pytest.raises(WorkloadError, match=message):
+        parse_workload({**HIDDEN, "unstreamed": unstreamed})
+
+
+def test_the_batch_variant_of_the_honest_workload_leaves_a_third_of_its_long_replies_unstreamed() -> None:
+    batch, honest = load_workload("sharegpt-chat-batch"), load_workload("sharegpt-chat")
+    assert batch.unstreamed is not None and (batch.unstreamed.share, batch.unstreamed.over_tokens) == (0.33, 1024)
+    assert batch.classes == honest.classes and batch.lengths is Lengths.HIDDEN and honest.unstreamed is None

@@ -145,17 +145,17 @@ INSTANT = Profile(
 # fit and how far the simulator still is from the engine: docs/simulator.md.
 VLLM_CPU_TINY = Profile(
     name="vllm-cpu-tiny",
-    step_base_s=0.00396,
-    step_per_seq_s=0.000107,
-    step_per_ctx_token_s=0.000000467,
-    prefill_per_token_s=0.0000607,
+    step_base_s=0.00383,
+    step_per_seq_s=0.000086,
+    step_per_ctx_token_s=0.000000556,
+    prefill_per_token_s=0.0000691,
     max_num_seqs=8,
     max_num_batched_tokens=2048,
     kv_capacity_tokens=349_440,
     max_model_len=16_384,
     median_output_tokens=200,
     block_size=128,
-    request_overhead_s=0.00519,
+    request_overhead_s=0.00716,
 )
 
 BUILTIN_PROFILES: MappingProxyType[str, Profile] = MappingProxyType(

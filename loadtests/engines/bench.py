@@ -41,7 +41,7 @@ from loadtests.compare_runs import (
     train_predictor,
 )
 from loadtests.datasets import PromptCatalog
-from loadtests.engines.under_test import engine_accounting, start_engine
+from loadtests.engines.under_test import engine_accounting, keep_apart, start_engine
 from loadtests.engines.vllm import MODEL_NAME
 from loadtests.length_table import FILE_NAME, write_length_table
 from loadtests.plan import LoadConfig
@@ -78,6 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-model-dir", default=None, help="--engine vllm: the tiny model's folder (default OUT/model)")
     p.add_argument("--cost-rounds", type=int, default=1,
                    help="--engine vllm: rounds of engine capacity alone / beside a gateway / through it")
+    p.add_argument("--engine-cpus", type=lambda t: {int(x) for x in t.split(",") if x.strip()}, default=set(),
+                   help="--engine vllm|llamacpp: the engine's compute on these CPUs (e.g. 0) and everything else "
+                        "the run starts on the others, so that no gateway, sidecar or client stalls its "
+                        "spinning threads (default: no pinning)")
     p.add_argument("--cost-only", action="store_true",
                    help="--engine vllm: measure only what the gateway costs the engine, then stop")
 
@@ -220,11 +224,12 @@ def run(args: argparse.Namespace) -> int:
     table = hidden_lengths_table(cfg, workload, catalog) or write_length_table((cfg.out / FILE_NAME).resolve(), {})
     logs = cfg.out / "logs"
     runs: list[dict[str, Any]] = []
+    rest = keep_apart(args.engine_cpus)  # before anything is started: it all inherits the CPUs
     with ExitStack() as stack:
         redis = EmbeddedRedis()
         redis_url = redis.start()
         stack.callback(redis.stop)
-        engine = start_engine(args.engine, cfg, args.engine_model_dir, logs, stack)
+        engine = start_engine(args.engine, cfg, args.engine_model_dir, logs, stack, args.engine_cpus)
         cfg = replace(cfg, sim=replace(cfg.sim, model=MODEL_NAME, profile=engine.label.replace(" ", "-")),
                       resume=engine.resume)
         started_s = engine.started_s
@@ -270,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
                    "duration_s": cfg.duration_s, "warmup_s": cfg.warmup_s, "drain_s": cfg.drain_s,
                    "predictor_training_s": cfg.train_s, "seed": cfg.seed, "class_thresholds": list(thresholds),
                    "length_stop": "sidecar (loadtests/engines/length_proxy.py): max_tokens + ignore_eos"},
-        "machine": {"at_start": at_start, "at_end": machine(), "engine_start_s": round(started_s, 1)},
+        "machine": {"at_start": at_start, "at_end": machine(), "engine_start_s": round(started_s, 1),
+                    "engine_cpus": sorted(args.engine_cpus), "other_cpus": sorted(rest)},
         "capacity": capacity,
         "gateway_cost": costs,
         "data_origin": catalog.origin,

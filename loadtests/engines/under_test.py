@@ -12,6 +12,7 @@ engine does not count is None, never a guess.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -67,9 +68,27 @@ class Engine:
     model: str  # what was served
 
 
-def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Path, stack: ExitStack) -> Engine:
+def keep_apart(engine_cpus: set[int]) -> set[int]:
+    """Move this process onto the CPUs the engine does not get, so that everything it starts
+    from now on (gateways, the sidecar, Valkey, the load generator) runs there: the engine's
+    compute threads spin between steps, and a process that wakes on their core stalls them.
+    Returns the CPUs left to the rest ('' engine CPUs: nothing is moved)."""
+    everything = os.sched_getaffinity(0)
+    others = everything - engine_cpus
+    if not engine_cpus:
+        return everything
+    if not others or not engine_cpus <= everything:
+        raise CompareError(f"--engine-cpus {sorted(engine_cpus)}: this process may run on {sorted(everything)}; "
+                           "the engine needs some of them and the rest at least one")
+    os.sched_setaffinity(0, others)
+    return others
+
+
+def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Path, stack: ExitStack,
+                 cpus: set[int] | None = None) -> Engine:
     """Start ``name`` (``vllm`` or ``llamacpp``) for the ``with`` block of ``stack``, serving the
-    tiny model built in ``model_dir`` (default OUT/model)."""
+    tiny model built in ``model_dir`` (default OUT/model); ``cpus``: its compute on those CPUs
+    only (vLLM binds its OpenMP threads there; llama.cpp is started on them)."""
     model_path = Path(model_dir or cfg.out / "model").resolve()
     try:
         if name == "llamacpp":
@@ -77,14 +96,21 @@ def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Pat
             gguf = llamacpp.build_model(found, model_path)
             # every slot holds a prompt and the longest reply of the workload
             spec = llamacpp.LlamaSpec(gguf, parallel=cfg.sim.max_num_seqs, ctx_size=cfg.sim.max_num_seqs * 16384)
-            server = stack.enter_context(llamacpp.running_llamacpp(spec, found, logs / "llama-server.log"))
+            mine = os.sched_getaffinity(0)
+            if cpus:
+                os.sched_setaffinity(0, cpus)  # its threads are made at start: started there, they stay there
+            try:
+                server = stack.enter_context(llamacpp.running_llamacpp(spec, found, logs / "llama-server.log"))
+            finally:
+                os.sched_setaffinity(0, mine)
             return Engine(llamacpp.version(found), server.url, server.proc.pid, server.started_s, server.metrics,
                           LLAMACPP_COUNTERS, "llamacpp", "llamacpp",
                           "tiny random-weight Llama as GGUF (loadtests/engines/tiny_gguf.py)")
         python = find_python()
         version = vllm_version(python)
         spec_v = VllmSpec(model_dir=build_model(python, model_path), max_num_seqs=cfg.sim.max_num_seqs,
-                          max_model_len=16384, kv_cache_bytes=1 << 30)
+                          max_model_len=16384, kv_cache_bytes=1 << 30,
+                          cpus=",".join(map(str, sorted(cpus))) if cpus else None)
         vllm = stack.enter_context(running_vllm(spec_v, python, logs / "vllm.log"))
         return Engine(f"vllm {version}", vllm.url, vllm.proc.pid, vllm.started_s, vllm.metrics, VLLM_COUNTERS,
                       "vllm", "vllm", "tiny random-weight Llama (loadtests/engines/tiny_model.py)")

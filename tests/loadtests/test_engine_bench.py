@@ -86,3 +86,27 @@ def test_engine_accounting_on_llamacpp_counts_what_it_counts_and_no_more() -> No
         "prompt_tokens": None, "prompt_cached": None, "prompt_computed": 600, "hit_share": None,
         "generated": 420, "delivered": 400, "generated_vs_delivered": 1.05,
     }
+
+
+def test_keeping_apart_moves_this_process_off_the_engines_cpus_and_refuses_to_leave_none() -> None:
+    """``--engine-cpus``: what the run starts afterwards inherits the other CPUs; asking for
+    every CPU (nothing left for the gateways) or one this process may not use is an error."""
+    import os
+
+    import pytest
+
+    from loadtests.compare_options import CompareError
+    from loadtests.engines.under_test import keep_apart
+
+    mine = os.sched_getaffinity(0)
+    try:
+        assert keep_apart(set()) == mine and os.sched_getaffinity(0) == mine  # no flag: nothing moves
+        with pytest.raises(CompareError, match="--engine-cpus"):
+            keep_apart(set(mine))
+        with pytest.raises(CompareError, match="--engine-cpus"):
+            keep_apart({max(mine) + 64})
+        if len(mine) >= 2:
+            engine = {min(mine)}
+            assert keep_apart(engine) == mine - engine and os.sched_getaffinity(0) == mine - engine
+    finally:
+        os.sched_setaffinity(0, mine)

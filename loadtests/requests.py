@@ -36,10 +36,14 @@ class Part(enum.StrEnum):
     MEASURE = "measure"
 
 
+def stable_hash(text: str) -> int:
+    """A hash of ``text`` that is the same in every run and on every machine."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
 def part_of(text: str) -> Part:
     """The part a prompt belongs to, the same in every run and on every machine."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return Part.TRAIN if int.from_bytes(digest, "little") % TRAIN_EVERY == 0 else Part.MEASURE
+    return Part.TRAIN if stable_hash(text) % TRAIN_EVERY == 0 else Part.MEASURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +148,7 @@ class RequestFactory:
         u = self._w.unstreamed
         if u is None or out <= u.over_tokens:
             return None
-        digest = hashlib.blake2b(f"{index}|{text}".encode(), digest_size=8).digest()
-        return False if int.from_bytes(digest, "little") % 10_000 < u.share * 10_000 else None
+        return False if stable_hash(f"{index}|{text}") % 10_000 < u.share * 10_000 else None
 
     def from_trace(self, index: int, row: TraceRow, at_s: float | None = None) -> PlannedRequest:
         """A request with a trace row's lengths: filler prompt of its input length."""

@@ -78,7 +78,6 @@ def fit(med: dict[str, dict[str, float]]) -> dict[str, float]:
     # decode: with n clients in step, each request takes the server's own time, O steps and,
     # as every step carries on average n / O prefills, n prompts' prefill; a step costs
     # base + per_seq * n + per_ctx * context, the context n * (P + O / 2) on average
-    overhead_and_step = intercept  # the first token's intercept: server time plus one small step
     rows, ys = [], []
     for c in DECODE:
         per_request = c.concurrency * c.output_tokens / med[c.name]["output_tps"]
@@ -86,8 +85,8 @@ def fit(med: dict[str, dict[str, float]]) -> dict[str, float]:
         rows.append((1.0, float(c.concurrency), c.concurrency * (c.prompt_tokens + c.output_tokens / 2)))
         ys.append(step)
     base, per_seq, per_ctx = _least_squares(rows, ys)
-    # one client's first token: the server's own time, then one step with its prefill
-    overhead = overhead_and_step - base - per_seq
+    # one client's first token (the intercept): the server's own time, then one step with its prefill
+    overhead = intercept - base - per_seq
     return {
         "step_base_s": round(max(base, 0.0), 6), "step_per_seq_s": round(max(per_seq, 0.0), 6),
         "step_per_ctx_token_s": round(per_ctx, 9), "prefill_per_token_s": round(max(slope, 0.0), 8),

@@ -117,8 +117,3 @@ async def measure(url: str, model: str, cell: Cell, words: tuple[str, ...], seed
         tokens / wall, int(statistics.median(s[3] for s in samples)), len(samples),
     )
 
-
-async def measure_grid(
-    url: str, model: str, cells: list[Cell], words: tuple[str, ...], seed: int = 0
-) -> list[CellResult]:
-    return [await measure(url, model, cell, words, seed) for cell in cells]

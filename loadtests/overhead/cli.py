@@ -208,7 +208,7 @@ class Run:
         cpus = set(self.args.gateway_cpus)
         if not cpus:
             return
-        others = set(range(os.cpu_count() or 1)) - cpus
+        others = os.sched_getaffinity(0) - cpus
         mask = cpus if gateway or not others else others
         for p in (pid, *procstat.descendants(pid)):
             try:
@@ -355,7 +355,8 @@ def run(args: argparse.Namespace) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 1), "workdir": str(workdir), "pids": pids,
         "targets": [t.name for t in bench.targets], "max_tokens": args.max_tokens,
-        "duration_s": args.duration, "warmup_s": args.warmup, "generator_cpus": args.generator_cpus, "gateway_cpus": args.gateway_cpus,
+        "duration_s": args.duration, "warmup_s": args.warmup, "generator_cpus": args.generator_cpus,
+        "gateway_cpus": args.gateway_cpus,
         **bench.notes,
     }
     if profile is not None:

@@ -35,7 +35,14 @@ class Carried:
 
     text: str
     tokens: int
-    ids: tuple[int, ...] | None = None  # the prompt's token ids, then the output's: an exact resume
+    ids: tuple[int, ...] | None = None  # the token ids to go on from: an exact resume
+    # the text they follow (llama.cpp: the prompt, tokenised by the engine; the ids are the
+    # output's); None: the ids are the prompt's and the output's (vLLM)
+    head: str | None = None
+
+    def as_text(self) -> Carried:
+        """The same part resumed from its text (its ids cannot be sent where it goes)."""
+        return Carried(self.text, self.tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +73,8 @@ class InferenceRequest:
         return dataclasses.replace(self, model=model, body={**self.body, "model": model}, raw=b"")
 
     def upstream_body(
-        self, priority: int | None = None, carried: Carried | None = None, counted: bool = False, ids: bool = False,
-        timings: bool = False,
+        self, priority: int | None = None, carried: Carried | None = None, counted: bool = False,
+        ids: dict[str, Any] | None = None, timings: bool = False,
     ) -> bytes:
         """The bytes to send upstream: the client's own unless a field must change — the
         usage chunk asked for, the engine's priority, and for a paused request's next part
@@ -76,14 +83,16 @@ class InferenceRequest:
         every chunk (``continuous_usage_stats``: engines merge tokens into one chunk
         when their server falls behind, so chunks are not tokens; ``timings``: llama.cpp's
         count instead, ``timings_per_token``); ``ids``: and for the
-        token ids (``return_token_ids``), to resume from them. A part that carries token
-        ids goes to the completions endpoint (``part_endpoint``) with them as its prompt."""
+        ids of the tokens it makes (``ids``: the fields that ask the backend's engine for
+        them, ``engines.IDS_ASK``), to resume from them. A part that carries token ids goes
+        to the completions endpoint (``part_endpoint``) with them as its prompt (after its
+        ``head``, where it has one), and asks for the ids again."""
         changes: dict[str, Any] = {}
         body = self.body
         if carried is not None and carried.ids is not None:
             body = {k: v for k, v in body.items() if k not in _CHAT_ONLY}
-            changes["prompt"] = list(carried.ids)
-            ids = True
+            changes["prompt"] = list(carried.ids) if carried.head is None else [carried.head, *carried.ids]
+            ids = ids or {"return_token_ids": True}
         elif carried is not None and self.endpoint is Endpoint.CHAT:
             messages = [*body["messages"], {"role": "assistant", "content": carried.text}]
             changes.update(messages=messages, continue_final_message=True, add_generation_prompt=False)
@@ -103,7 +112,7 @@ class InferenceRequest:
         if counted and timings:
             changes["timings_per_token"] = True
         if counted and ids:
-            changes["return_token_ids"] = True
+            changes.update(ids)
         if priority is not None:
             changes["priority"] = priority
         if not changes and self.raw:

@@ -10,20 +10,23 @@ span; only an error answer that breaks off is told to both here (``read_refusal`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncGenerator
 
 import httpx
+import orjson
 
 from gateway import sse
 from gateway.errors import GatewayError, from_scheduler, upstream_failed
 from gateway.request.context import RequestContext
 from gateway.request.relay import relay_events
 from gateway.request.resume import Transcript, by_ids, resumable
-from gateway.schemas import Endpoint, InferenceRequest
+from gateway.schemas import Carried, Endpoint, InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
 from gateway.telemetry.tracing import BackendCall, Reply
 from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
+from scheduler.backends.backend import BackendConfig
 from scheduler.errors import BackendOverloaded, SchedulerError
 from scheduler.job import Job
 from scheduler.types import CallResult
@@ -57,7 +60,35 @@ class Exchange:
     def transcript(self, job: Job) -> Transcript:
         """The transcript of this request's stream on the job's backend (what was asked of it)."""
         assert job.route is not None
-        return Transcript.of(self.req, self.asks_ids(job), job.route.backend.counts_by_timings)
+        backend = job.route.backend
+        return Transcript.of(self.req, self.asks_ids(job), backend.counts_by_timings, backend.ids_in_logprobs)
+
+    async def exact(self, backend: BackendConfig, first: BackendConfig, carried: Carried) -> Carried:
+        """What a continuation on ``backend`` carries: its token ids where they can be sent
+        there — the ids of ``first``'s engine, so only to the same engine — and, for an
+        engine that takes the prompt as text before the ids (llama.cpp), that text: a
+        completions prompt, or the chat prompt as the engine renders it
+        (``/apply-template``). Else the text so far."""
+        if carried.ids is None:
+            return carried
+        if backend.resume is not first.resume:
+            return carried.as_text()
+        if not backend.ids_in_logprobs:
+            return carried
+        head = self.req.body["prompt"] if self.req.endpoint is Endpoint.COMPLETIONS else await self._rendered(backend)
+        return dataclasses.replace(carried, head=head) if isinstance(head, str) else carried.as_text()
+
+    async def _rendered(self, backend: BackendConfig) -> str | None:
+        """The chat request's prompt as ``backend`` renders it (llama.cpp's ``/apply-template``
+        of the client's own body); None if it cannot tell."""
+        call = UpstreamCall(backend, "/apply-template", self.req.raw or orjson.dumps(self.req.body),
+                            headers_for(backend, self.ctx.request_id))
+        try:
+            response = await self.upstream.open(call, stream=False)
+            prompt = orjson.loads(response.content).get("prompt") if response.status_code == 200 else None
+        except (UpstreamError, orjson.JSONDecodeError, AttributeError):
+            return None
+        return prompt if isinstance(prompt, str) else None
 
     async def open(self, job: Job, body: bytes | None = None, endpoint: Endpoint | None = None) -> httpx.Response:
         """Send the request (``body``: the client's own, rewritten only where it must be)
@@ -66,8 +97,8 @@ class Exchange:
         backend = job.route.backend
         if body is None:  # a stream that may be paused counts its tokens exactly
             body = self.req.upstream_body(
-                job.route.priority, counted=job.may_pause and resumable(self.req), ids=self.asks_ids(job),
-                timings=backend.counts_by_timings,
+                job.route.priority, counted=job.may_pause and resumable(self.req),
+                ids=backend.ids_ask if self.asks_ids(job) else None, timings=backend.counts_by_timings,
             )
         self.ctx.trace.dispatched(job.grant)
         self.call = self.ctx.trace.call(backend, self.req)

@@ -260,6 +260,8 @@ class Proxy:
         ctx = ex.ctx
         if transcript is None:
             transcript = ex.transcript(job)
+        assert job.route is not None
+        first = job.route.backend  # whose token ids the stream carries
         resumes: list[tuple[str, int]] = []  # each continuation: its backend, the tokens it carried
 
         def on_pause() -> None:
@@ -308,10 +310,13 @@ class Proxy:
                 yield sse_event(ex.failed(refused(ctx, job.explain(exc))))
                 return
             assert job.grant is not None and job.route is not None
+            carried = await ex.exact(job.route.backend, first, carried)
+            transcript.goes_on(carried)
             ctx.trace.resumed(job.grant.backend, carried.ids is not None)
             resumes.append((job.grant.backend, transcript.carried))
             ex.reset()
-            body = ex.req.upstream_body(job.route.priority, carried, timings=transcript.timings)
+            ids = job.route.backend.ids_ask if carried.ids is not None else None
+            body = ex.req.upstream_body(job.route.priority, carried, ids=ids, timings=transcript.timings)
             async for block in self._open_in_stream(job, ex, body, ex.req.part_endpoint(carried)):
                 yield block
             if not ex.streaming:

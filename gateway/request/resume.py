@@ -21,16 +21,16 @@ too. llama.cpp tells its count in ``timings.predicted_n`` (asked on every chunk 
 unasked), and its usage on a completions finish chunk is its own, never cut. An engine
 that does not tell is counted one token per content event.
 
-Where the backend's engine can (``engines.TOKEN_RESUME``: vLLM) and the request allows
-(``by_ids``: no stop strings, whose held-back text lags the tokens; no logprobs), the
-stream also asks for token ids (``return_token_ids``): the prompt's on the first chunk,
-each chunk's own. A continuation then sends the prompt's ids followed by the generated
-ones as a ``/v1/completions`` prompt — the engine reads exactly the tokens it made, so
-its prefix cache holds them and greedy decoding goes on as if never paused — and the
-transcript writes that stream's chunks as the chat chunks the engine would have sent
-(vLLM's field order). The ids are shown to a client only if it asked for them (else each
-becomes ``null``, as the engine writes it). A stream that did not carry every id (an
-engine that ignores the field) resumes from its text.
+Where the backend's engine can (``engines.TOKEN_RESUME``: vLLM, llama.cpp) and the
+request allows (``by_ids``: no stop strings, whose held-back text lags the tokens; no
+logprobs), the stream also asks for the ids of the tokens it makes (``token_ids.py``: how
+each engine tells them). A continuation then sends them back as a ``/v1/completions``
+prompt — after the prompt's ids (vLLM) or the prompt's text (llama.cpp) — so the engine
+reads exactly the tokens it made, its prefix cache holds them and greedy decoding goes on
+as if never paused; the transcript writes that stream's chunks as the chat chunks the
+engine would have sent. The ids are shown to a client only if it asked for them. A stream
+that did not carry every id (an engine that ignores the field, a token whose text was
+never sent) resumes from its text.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from gateway import sse
+from gateway.request import token_ids
 from gateway.schemas import Carried, Endpoint, InferenceRequest
 
 PAUSED = sse.comment("paused")  # keeps the client's stream (and proxies between) awake
@@ -48,8 +49,6 @@ PAUSED = sse.comment("paused")  # keeps the client's stream (and proxies between
 _RUNNING_USAGE = re.compile(rb',"usage": ?\{(?:[^{}]|\{[^{}]*\})*\}')
 # llama.cpp's timings on a chunk (flat)
 _TIMINGS = re.compile(rb',"timings": ?\{[^{}]*\}')
-# the token ids the gateway asked for (vLLM writes the fields as null when not asked)
-_IDS = re.compile(rb'"(token_ids|prompt_token_ids)": ?\[[0-9, ]*\]')
 
 
 def _json(event: sse.Event) -> dict[str, Any] | None:
@@ -67,12 +66,13 @@ class Transcript:
 
     def __init__(
         self, chat: bool, keep_running_usage: bool = False, ids: bool = False, keep_ids: bool = False,
-        timings: bool = False, keep_timings: bool = False,
+        timings: bool = False, keep_timings: bool = False, logprob_ids: bool = False,
     ) -> None:
         self.chat = chat
         self.keep_running_usage = keep_running_usage  # the client asked for usage on every chunk
         self.ids_asked = ids  # the gateway asked for token ids, to resume from them
         self.keep_ids = keep_ids  # the client asked for them too
+        self.logprob_ids = logprob_ids  # they come in logprobs (llama.cpp), never with the prompt's
         self.prompt_ids: list[int] | None = None  # the prompt's token ids, from the first chunk
         self.ids: list[int] = []  # the output's token ids so far
         self.ids_whole = True  # every event that carried output carried its ids
@@ -90,18 +90,21 @@ class Transcript:
         self.finish_reason: Any = None
         self.stop_reason: Any = None
         self.prompt_tokens: int | None = None  # the original prompt's, where the first part told it
+        self.prompt_cached: int | None = None  # of them, those the engine's cache held (llama.cpp's cache_n)
+        self.last_timings: dict[str, Any] | None = None  # llama.cpp's timings, as the last chunk told them
         self.part = 0  # 0: the first upstream call; n: the n-th continuation
         self.carried = 0  # tokens carried into the current part (sent before it began)
 
     @classmethod
-    def of(cls, req: InferenceRequest, ids: bool, timings: bool) -> Transcript:
+    def of(cls, req: InferenceRequest, ids: bool, timings: bool, logprob_ids: bool = False) -> Transcript:
         """The transcript of ``req``'s stream: ``ids``, ``timings``: what the gateway asked the
-        engine for; what the client asked for itself is read from its body."""
+        engine for (``logprob_ids``: the ids in llama.cpp's logprobs); what the client asked
+        for itself is read from its body."""
         body = req.body
         options = body.get("stream_options") or {}
         return cls(
             req.endpoint is Endpoint.CHAT, bool(options.get("continuous_usage_stats")), ids,
-            bool(body.get("return_token_ids")), timings, bool(body.get("timings_per_token")),
+            bool(body.get("return_token_ids")), timings, bool(body.get("timings_per_token")), ids and logprob_ids,
         )
 
     @property
@@ -120,16 +123,22 @@ class Transcript:
         """The stream paused: what its next part carries (the text so far and its tokens,
         and the token ids where every one of them is known)."""
         ids = None
-        if self.ids_asked and self.ids_whole and self.prompt_ids and len(self.ids) == self.tokens:
+        known_prompt = self.logprob_ids or bool(self.prompt_ids)  # (llama.cpp's is sent as text)
+        if self.ids_asked and self.ids_whole and known_prompt and len(self.ids) == self.tokens:
             # tokens whose text the engine held back (part of a character) are made again
             del self.ids[self.ids_shown:]
             self.tokens = len(self.ids)
-            ids = tuple(self.prompt_ids + self.ids)
+            ids = tuple(self.ids) if self.logprob_ids else tuple((self.prompt_ids or []) + self.ids)
         carried = Carried(self.text, self.tokens, ids)
         self.part += 1
         self.carried = self.tokens
         self.from_ids = carried.ids is not None
         return carried
+
+    def goes_on(self, carried: Carried) -> None:
+        """The next part goes on as ``carried`` says (from its token ids, or from its text
+        where they cannot be sent where it goes)."""
+        self.from_ids = carried.ids is not None
 
     def read(self, block: bytes) -> bytes:
         """Take in one relayed block; from the second part on, rewrite it as part of the first."""
@@ -140,7 +149,9 @@ class Transcript:
                 for event in sse.parse(block):
                     if (data := _json(event)) is not None:
                         self._take(data)
-            return _IDS.sub(rb'"\1":null', block) if self.ids_asked and not self.keep_ids else block
+            if self.logprob_ids:
+                return token_ids.hide_logprobs(block, self.chat)  # (a client that asked has no ids asked)
+            return token_ids.hide_vllm_ids(block) if self.ids_asked and not self.keep_ids else block
         out: list[bytes] = []
         for raw in sse.split_events(block):
             events = sse.parse(raw)
@@ -150,18 +161,17 @@ class Transcript:
                 continue
             if self._take(data) == "role":
                 continue  # the first part already sent the role
-            if self.from_ids:
-                data = self._from_ids(data)
-            data["id"], data["created"] = self.id, self.created
-            usage = data.get("usage")
-            if isinstance(usage, dict):
-                if data.get("choices") and not self.keep_running_usage and not self.timings:
-                    del data["usage"]  # a running count the client did not ask for
-                else:
-                    data["usage"] = self.summed(usage)
-            if self.timings and not self.keep_timings and "timings" in data and not _finished(data):
-                del data["timings"]
-            out.append(sse.data(orjson.dumps(data)))
+            for chunk in self._from_ids(data) if self.from_ids else (data,):
+                chunk["id"], chunk["created"] = self.id, self.created
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    if chunk.get("choices") and not self.keep_running_usage and not self.timings:
+                        del chunk["usage"]  # a running count the client did not ask for
+                    else:
+                        chunk["usage"] = self.summed(usage)
+                if self.timings and not self.keep_timings and "timings" in chunk and not _last(chunk):
+                    del chunk["timings"]
+                out.append(sse.data(orjson.dumps(chunk)))
         return b"".join(out)
 
     def _first_part_event(self, raw: bytes) -> bytes:
@@ -174,35 +184,29 @@ class Transcript:
         self._take(data)
         if data.get("choices") and isinstance(data.get("usage"), dict) and not self.keep_running_usage and not self.timings:
             raw = _RUNNING_USAGE.sub(b"", raw, count=1)  # (llama.cpp's usage on a finish chunk is its own)
-        if self.timings and not self.keep_timings and "timings" in data and not _finished(data):
+        if self.timings and not self.keep_timings and "timings" in data and not _last(data):
             raw = _TIMINGS.sub(b"", raw, count=1)  # a finish chunk carries them unasked
         return raw
 
-    def _from_ids(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _from_ids(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         """A chunk of a continuation from token ids (a completions stream) as the first
-        part's endpoint writes it: for chat, vLLM's chat chunk, its fields in its order;
+        part's endpoint writes it: for chat, the engine's chat chunks (``token_ids.py``);
         for completions, the same chunk. Ids only where the client asked for them."""
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             if self.chat and "object" in data:  # the usage chunk
                 data["object"] = "chat.completion.chunk"
-            return data
+            return [data]
         c = choices[0]
-        ids = c.get("token_ids") if self.keep_ids else None
+        if self.logprob_ids:
+            if not self.chat:
+                c["logprobs"] = None
+                return [data]
+            return token_ids.llamacpp_chat_chunks(data)
         if not self.chat:
-            c["prompt_token_ids"], c["token_ids"] = None, ids
-            return data
-        choice: dict[str, Any] = {"index": c.get("index", 0), "delta": {"content": c.get("text", "")}, "logprobs": None}
-        choice["finish_reason"] = c.get("finish_reason")
-        if c.get("finish_reason") is not None:
-            choice["stop_reason"] = c.get("stop_reason")
-        choice["token_ids"] = ids
-        out = {"id": None, "object": "chat.completion.chunk", "created": None, "model": data.get("model"),
-               "choices": [choice]}
-        for key in ("usage", "system_fingerprint"):
-            if key in data:
-                out[key] = data[key]
-        return out
+            c["prompt_token_ids"], c["token_ids"] = None, c.get("token_ids") if self.keep_ids else None
+            return [data]
+        return [token_ids.vllm_chat_chunk(data, self.keep_ids)]
 
     def summed(self, usage: dict[str, Any]) -> dict[str, Any]:
         """A continuation's usage as the whole response's: the original prompt (the
@@ -217,6 +221,9 @@ class Transcript:
             out["completion_tokens"] = completion + self.carried
         if isinstance(out.get("prompt_tokens"), int) and isinstance(out.get("completion_tokens"), int):
             out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
+        details = out.get("prompt_tokens_details")
+        if isinstance(details, dict) and "cached_tokens" in details and self.prompt_cached is not None:
+            out["prompt_tokens_details"] = details | {"cached_tokens": self.prompt_cached}  # the prompt's, not the text's
         return out
 
     def _take(self, data: dict[str, Any]) -> str:
@@ -246,7 +253,7 @@ class Transcript:
                 return "role"
         else:
             text = choice.get("text")
-        if isinstance(ids := choice.get("token_ids"), list):
+        if isinstance(ids := token_ids.logprob_ids(choice) if self.logprob_ids else choice.get("token_ids"), list):
             self.ids.extend(ids)
         elif text:
             self.ids_whole = False
@@ -264,9 +271,10 @@ class Transcript:
         timings = data.get("timings")
         if self.timings and isinstance(timings, dict) and isinstance(made := timings.get("predicted_n"), int):
             self.tokens = self.carried + made  # llama.cpp's
+            self.last_timings = timings
             read, cached = timings.get("prompt_n"), timings.get("cache_n")
             if self.part == 0 and isinstance(read, int) and isinstance(cached, int):
-                self.prompt_tokens = read + cached
+                self.prompt_tokens, self.prompt_cached = read + cached, cached
         return kind
 
 
@@ -275,8 +283,12 @@ class Transcript:
 _CONSTRAINED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
-def _finished(data: dict[str, Any]) -> bool:
+def _last(data: dict[str, Any]) -> bool:
+    """The finish chunk, or the usage chunk after it (``choices: []``): where llama.cpp puts
+    its timings unasked."""
     choices = data.get("choices")
+    if choices == []:
+        return True
     return bool(choices) and isinstance(choices, list) and isinstance(choices[0], dict) and bool(choices[0].get("finish_reason"))
 
 

@@ -96,7 +96,10 @@ class Shapes:
             choice["stop_reason"] = t.stop_reason
         shape_usage = out["usage"]
         for key in shape_usage:
-            shape_usage[key] = (usage or {}).get(key) if isinstance(shape_usage[key], int) else shape_usage[key]
+            if isinstance(shape_usage[key], int) or (isinstance(shape_usage[key], dict) and key in (usage or {})):
+                shape_usage[key] = (usage or {}).get(key)
+        if isinstance(out.get("timings"), dict) and t.last_timings is not None:
+            out["timings"] = t.last_timings  # llama.cpp's: the last part's, as its finish chunk told them
         return orjson.dumps(out)
 
 

@@ -21,7 +21,10 @@ engine's own ``/tokenize`` (vLLM's or llama.cpp's, ``--tokenize``). A continuati
 token ids (a completions prompt that is a listed request's prompt ids followed by the ids
 made so far) is known by those ids: the start of a listed request's stream is read for
 the ``prompt_token_ids`` vLLM sends when asked, and the rest is the length less the ids
-that follow them. Requests that match no row pass through unchanged.
+that follow them; on llama.cpp (which tells no prompt ids) the continuation's prompt is the
+prompt's text — a chat's as the engine renders it, which holds the listed user message —
+followed by the ids made, and the rest is the length less those ids. Requests that match
+no row pass through unchanged.
 
     python -m loadtests.engines.length_proxy --upstream URL --table FILE [--port P] [--tokenize vllm|llamacpp]
 """
@@ -158,6 +161,15 @@ class LengthProxy:
                 if len(ids) <= len(prompt) and tuple(prompt[: len(ids)]) == ids:
                     return total - (len(prompt) - len(ids)), False
             return None
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) and all(
+                isinstance(x, int) for x in prompt[1:]):
+            # llama.cpp's continuation from token ids: the prompt's text, then the tokens made
+            head, made = prompt[0], len(prompt) - 1
+            total = self.lengths.get(head)
+            if total is None:  # a chat prompt as the engine rendered it: the longest listed message in it
+                inside = [(len(listed), t) for listed, t in self.lengths.items() if listed in head]
+                total = max(inside)[1] if inside else None
+            return None if total is None else (total - made, False)
         if not isinstance(prompt, str):
             return None
         if prompt in self.lengths:

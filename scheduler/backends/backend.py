@@ -40,6 +40,16 @@ class BackendConfig:
         return self.resume in engines.TOKEN_RESUME
 
     @property
+    def ids_ask(self) -> dict[str, Any] | None:
+        """The fields that ask its engine for the ids of the tokens it makes (None: it cannot)."""
+        return engines.IDS_ASK.get(self.resume)
+
+    @property
+    def ids_in_logprobs(self) -> bool:
+        """Does its engine tell token ids in ``logprobs``, and not the prompt's (llama.cpp)?"""
+        return self.resume in engines.IDS_IN_LOGPROBS
+
+    @property
     def counts_by_timings(self) -> bool:
         """Does a stream on it count its tokens by llama.cpp's ``timings`` (``engines.COUNT_BY_TIMINGS``)?"""
         return self.resume in engines.COUNT_BY_TIMINGS

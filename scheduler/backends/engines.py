@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.backends.engine_costs import VLLM_COSTS, CostNames
 from scheduler.types import ResumeMode
@@ -127,13 +128,22 @@ NEUTRAL = EngineProfile(
 # How each ``resume`` mode continues a paused generation. Every mode can carry the text so
 # far (on chat a final assistant message with ``continue_final_message``, on completions
 # the prompt followed by the text). Those named here can also resume exactly, from token
-# ids: a stream asks for them (``return_token_ids``; the first chunk carries the prompt's,
-# each chunk its own), and the continuation is the prompt's ids followed by the generated
-# ones as a ``/v1/completions`` prompt, so the engine reads exactly the tokens it made
-# (and its prefix cache holds) instead of the text re-tokenised. Where a stream did not
-# carry the ids, or the request needs the text (stop strings, a reasoning or tool parser),
-# the text resume stands in (``gateway/request/resume.py``).
-TOKEN_RESUME: frozenset[ResumeMode] = frozenset({ResumeMode.VLLM})
+# ids: a stream asks for the ids of the tokens it makes (these fields), and the
+# continuation sends them back as a ``/v1/completions`` prompt, so the engine reads
+# exactly the tokens it made (and its prefix cache holds) instead of the text
+# re-tokenised. vLLM (``return_token_ids``) tells the prompt's ids on the first chunk and
+# each chunk's own; llama.cpp tells only the sampled token's, as the one entry of its
+# ``logprobs`` (``post_sampling_probs``: read from the sampler, without a softmax over the
+# vocabulary), and its continuation is the prompt's text followed by the ids (a mixed
+# prompt). Where a stream did not carry every id, or the request needs the text (stop
+# strings, a reasoning or tool parser), the text resume stands in
+# (``gateway/request/resume.py``, ``gateway/request/token_ids.py``).
+IDS_ASK: dict[ResumeMode, dict[str, Any]] = {
+    ResumeMode.VLLM: {"return_token_ids": True},
+    ResumeMode.LLAMACPP: {"n_probs": 1, "post_sampling_probs": True},
+}
+TOKEN_RESUME: frozenset[ResumeMode] = frozenset(IDS_ASK)
+IDS_IN_LOGPROBS: frozenset[ResumeMode] = frozenset({ResumeMode.LLAMACPP})  # and the prompt's not told
 # How a stream that may be paused learns how many tokens it has made (chunks are not
 # tokens: servers merge them when they fall behind, or hold back part of a character):
 # vLLM and SGLang put a running usage on every chunk (``stream_options.continuous_usage_stats``);

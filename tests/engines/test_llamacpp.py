@@ -23,7 +23,7 @@ from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find
 from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
-from tests.engines.calls import chat, completion, events, path_of, stream, text_of
+from tests.engines.calls import chat, chunk_fields, completion, events, path_of, stream, text_of
 from tests.engines.conftest import PAUSING, gateways_in_front
 from tests.support import eventually, progress_past, running_app
 
@@ -181,17 +181,33 @@ async def test_llamacpp_queues_past_its_slots_and_the_adaptive_limit_reads_it(
 VICTIM = 3000  # output tokens: long enough to be running when the short request comes
 
 
+async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
+    """The gateway's resumes so far, by what they carried (``triage_resumes_total``)."""
+    out: dict[str, int] = {}
+    for line in (await http.get(f"{gateway}/metrics")).text.splitlines():
+        if line.startswith("triage_resumes_total{"):
+            how = line.split('triage_resume_from="', 1)[1].split('"', 1)[0]
+            out[how] = out.get(how, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def shapes(chunks: list[dict[str, Any]]) -> list[bytes]:
+    """``chunk_fields`` less llama.cpp's ``timings`` (its clock) and the usage (compared apart)."""
+    return chunk_fields([{k: v for k, v in e.items() if k not in ("timings", "usage")} for e in chunks])
+
+
 @pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
-async def test_a_paused_stream_resumes_on_llamacpp(
+async def test_a_paused_stream_resumes_on_llamacpp_token_for_token(
     llama: LlamaServer, gateway: Callable[..., str], engine_redis: Redis, prefix: str, make: Callable[..., dict]
 ) -> None:
     """A long stream holding the gateway's only slot is paused for a short request and
-    resumed by llama.cpp from its text (``continue_final_message`` on chat — llama.cpp reads
-    vLLM's field — prompt + text on completions): one response, one role chunk, one finish,
-    the length asked, usage summed over both parts with the original prompt. Its text is
-    compared with an unpaused stream's (greedy) up to the pause: the resume re-tokenises the
-    text, which a byte-level BPE may split otherwise than the model made it, and from there
-    greedy decoding may go another way (docs/engines.md)."""
+    resumed from the tokens it made: llama.cpp tells each sampled token's id in its
+    ``logprobs`` (asked with ``n_probs``), and the continuation is a completions request whose
+    prompt is the prompt's text (chat: as ``/apply-template`` renders it) followed by those
+    ids. Under greedy decoding the client gets what an unpaused stream of the same request
+    gets: the same text, the same chunks (llama.cpp's chat chunks on chat), one role chunk,
+    one finish, usage with the original prompt and both parts' tokens. The slot that held
+    the victim still holds its tokens: the continuation reads back almost none of them."""
     url = gateway({"max_concurrency": 1, "adaptive": False, "resume": "llamacpp"}, **PAUSING)
     keys = PoolKeys(prefix, "default")
     await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
@@ -199,36 +215,86 @@ async def test_a_paused_stream_resumes_on_llamacpp(
     async with httpx.AsyncClient(timeout=300) as http:
         tries: list[dict[str, Any]] = []
         for _ in range(3):  # once more if the victim ended before the short request came
+            read_before = await engine_metric(llama, "llamacpp:prompt_tokens_total")
             victim = asyncio.create_task(stream(http, url, body, {"x-triage-expected-tokens": "2000"}))
             await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=60)
             short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
             raw = await victim
+            read = await engine_metric(llama, "llamacpp:prompt_tokens_total") - read_before
             tries.append({"stats": await engine_redis.hgetall(keys.stats)})
             await engine_redis.delete(keys.progress)
             if b": paused" in raw:
                 break
+        resumed = await resumes(http, url)
         unpaused = events(await stream(http, llama.url, body))
     assert [e["usage"]["completion_tokens"] for e in events(short) if e.get("usage")] == [5], short[-600:]
     assert b": paused" in raw and raw.endswith(b"data: [DONE]\n\n"), tries
+    assert resumed == {"token_ids": 1}
     chunks = events(raw)
     assert len({e["id"] for e in chunks}) == 1
     assert [c["finish_reason"] for e in chunks for c in e["choices"] if c.get("finish_reason")] == ["length"]
+    if make is chat:
+        assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
+    assert text_of(chunks) == text_of(unpaused) and len(text_of(chunks)) > 0
+    assert shapes(chunks) == shapes(unpaused)
     usage = [e["usage"] for e in chunks if e.get("usage")]
     expected = [e["usage"] for e in unpaused if e.get("usage")]
     assert len(usage) == 1 and usage[0]["completion_tokens"] == VICTIM
     assert usage[0]["prompt_tokens"] == expected[0]["prompt_tokens"]
-    if make is chat:
-        assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
-    before = text_of(events(raw.split(b": paused", 1)[0]))
-    assert before and text_of(unpaused).startswith(before)  # up to the pause: the tokens the model made
-    # After it, the same text only where the text so far re-tokenised into the tokens the model
-    # made: measured on this model, chat went on the same, completions did not (docs/engines.md)
+    # what the pause cost llama.cpp: the prompts of both requests, and of the continuation
+    # only what its slot no longer held (it lands on the slot that holds its tokens)
+    prompt = expected[0]["prompt_tokens"]
+    short_prompt = events(short)[-1]["usage"]["prompt_tokens"]
+    assert read <= prompt + short_prompt + 16, (read, prompt, short_prompt)
+
+
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
+async def test_a_paused_whole_request_gets_llamacpps_own_answer(
+    llama: LlamaServer, gateway: Callable[..., str], engine_redis: Redis, prefix: str, make: Callable[..., dict]
+) -> None:
+    """A client that does not stream, on llama.cpp: streamed upstream, paused for a short
+    request, resumed from its token ids, and answered with the JSON llama.cpp gives the
+    same request unpaused (greedy): its fields in its order, this request's values (its
+    ``timings`` are the last part's: llama.cpp's clock, not compared)."""
+    url = gateway({"max_concurrency": 1, "adaptive": False, "resume": "llamacpp"}, **PAUSING)
+    keys = PoolKeys(prefix, "default")
+    body = make(llama, VICTIM, False, None, "a long story") | {"temperature": 0}
+    path = path_of(body)
+    await eventually(lambda: _idle(llama), within_s=30, every_s=0.1)
+    async with httpx.AsyncClient(timeout=300) as http:
+        taught = await http.post(f"{url}{path}", json=make(llama, 3, False), headers={"x-triage-expected-tokens": "3"})
+        assert taught.status_code == 200  # its first plain answer: llama.cpp's shape
+        for _ in range(3):  # once more if the victim ended before the short request came
+            victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers={"x-triage-expected-tokens": "2000"}))
+            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=60)
+            short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
+            answer = await victim
+            stats = await engine_redis.hgetall(keys.stats)
+            await engine_redis.delete(keys.progress)
+            if stats.get(b"paused") == b"1":
+                break
+        unpaused = (await http.post(f"{llama.url}{path}", json=body)).json()
+        resumed = await resumes(http, url)
+    assert [e["usage"]["completion_tokens"] for e in events(short) if e.get("usage")] == [5]
+    assert answer.status_code == 200 and stats.get(b"paused") == b"1", stats
+    got = answer.json()
+    assert resumed == {"token_ids": 1}
+    assert list(got) == list(unpaused)  # llama.cpp's fields, in its order
+    mine = ("id", "created", "timings", "usage")
+    assert {k: v for k, v in got.items() if k not in mine} == {k: v for k, v in unpaused.items() if k not in mine}
+    # usage: the same tokens; of the prompt, those the cache held when the victim came (the
+    # unpaused request came later, with the prompt cached)
+    cached = got["usage"].pop("prompt_tokens_details")["cached_tokens"]
+    assert 0 <= cached <= unpaused["usage"].pop("prompt_tokens_details")["cached_tokens"]
+    assert got["usage"] == unpaused["usage"]
+    assert got["timings"]["predicted_n"] < VICTIM  # the last part's
 
 
 async def test_the_length_sidecar_stops_llamacpps_replies_at_their_length(llama: LlamaServer) -> None:
     """The benchmark's sidecar in front of llama.cpp: a listed prompt stops at its length
     without ``max_tokens``; a continuation of its text gets the rest, the text counted by
-    llama.cpp's own ``/tokenize``."""
+    llama.cpp's own ``/tokenize``; a continuation from token ids (the prompt's text — a chat's
+    as llama.cpp renders it — then the ids made) gets the length less those ids."""
     lengths = {"Tell me about queues.": 23, "Once upon a time": 17}
     so_far = "Queues are lines of work"
     user = {"role": "user", "content": "Tell me about queues."}
@@ -245,5 +311,9 @@ async def test_the_length_sidecar_stops_llamacpps_replies_at_their_length(llama:
                 await http.post(f"{proxy}/v1/completions", json={"model": llama.model,
                                                                  "prompt": "Once upon a time" + so_far}),
             ]
-    assert count > 0
-    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [23, 17, 23 - count, 17 - count]
+            rendered = (await http.post(f"{proxy}/apply-template", json={"messages": [user]})).json()["prompt"]
+            for head in (rendered, "Once upon a time"):
+                answers.append(await http.post(f"{proxy}/v1/completions", json={
+                    "model": llama.model, "prompt": [head, 11, 12, 13]}))
+    assert count > 0 and "Tell me about queues." in rendered
+    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [23, 17, 23 - count, 17 - count, 20, 14]

@@ -59,6 +59,7 @@ def backend_configs(settings: Settings) -> list[BackendConfig]:
             limit=LimitParams(
                 initial=b.max_concurrency, floor=b.min_concurrency, ceiling=b.max_concurrency,
                 adaptive=b.adaptive, ttft_target_s=settings.ttft_target_s, tpot_target_s=settings.tpot_target_s,
+                latency_always=settings.latency_always,
             ),
         )
         for b in settings.backends

@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     # backpressure: targets of the adaptive limits
     ttft_target_s: float | None = Field(default=1.0, gt=0)  # p90 TTFT; null: not a signal
     tpot_target_s: float | None = Field(default=0.1, gt=0)  # median time per output token
+    # the targets cut the limit of a backend whose own queue is seen (its metrics) too; by
+    # default only of one whose queue is unseen (docs/backpressure.md)
+    latency_always: bool = False
 
     # a backend's 429/503 before the first byte: it cools down for its Retry-After (this
     # default when it sends none, never more than the max) and the request queues again

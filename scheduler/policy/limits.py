@@ -11,7 +11,14 @@ concurrency filter, fed by three kinds of signal:
    could have reordered, so the limit falls to what the engine really runs, plus one.
    A KV cache nearly full counts the same.
 3. **Latency against targets**: when the p90 TTFT or the median time per output token
-   of the last window misses its target while the backend is busy, decrease (x0.9).
+   of the last window misses its target while the backend is busy, decrease (x0.9) —
+   by default only for a backend whose own queue the gateway cannot see (no metrics):
+   there a slow first token is the only sign of requests queued inside it. Where the
+   engine's queue is seen and empty, a slower step is the price of a fuller batch, and
+   cutting the limit for it trades the engine's throughput for latency (a CPU engine
+   sharing its cores missed both default targets at half its slots, and the gateway held
+   it at 4 of 8 with 0.65x the throughput of clients sent straight to it). That trade is
+   ``latency_always``'s to make.
 
 With none of those and the gateway using the whole limit, the limit grows by one per
 tick (additive increase), between ``floor`` and ``ceiling``. The point: keep each
@@ -34,6 +41,7 @@ class LimitParams:
     tpot_target_s: float | None = 0.1  # median time per output token
     overload_factor: float = 0.7
     latency_factor: float = 0.9
+    latency_always: bool = False  # latency cuts the limit even where the engine's queue is seen
     queue_tolerance: float = 0.05  # engine queue allowed, as a share of its running requests
     kv_high: float = 0.97  # KV cache usage treated as full
 
@@ -103,7 +111,7 @@ class AdaptiveLimit:
                 return min(limit - 1, int(e.running) + 1), "engine is queueing"
         if e.kv_usage is not None and e.kv_usage >= p.kv_high and e.waiting:
             return limit - 1, "engine KV cache full"
-        busy = self._peak_in_flight >= 0.8 * limit
+        busy = self._peak_in_flight >= 0.8 * limit and (p.latency_always or e.waiting is None)
         if busy and p.ttft_target_s is not None and _quantile(self._ttft, 0.9) > p.ttft_target_s:
             return math.floor(limit * p.latency_factor), "TTFT above target"
         if busy and p.tpot_target_s is not None and _quantile(self._tpot, 0.5) > p.tpot_target_s:

@@ -42,6 +42,25 @@ def test_latency_above_target_while_busy_decreases() -> None:
     assert lim.limit == 28  # floor(32 * 0.9)
 
 
+def test_latency_does_not_cut_the_limit_of_an_engine_seen_not_queueing() -> None:
+    """Its queue is seen and empty: slower steps are a fuller batch's, not a queue inside."""
+    lim = limiter(ttft_target_s=0.5, tpot_target_s=0.05)
+    lim.on_engine(EngineLoad(running=30, waiting=0, kv_usage=0.4))
+    lim.on_in_flight(30)
+    for _ in range(10):
+        lim.on_success(2.0, 0.2)
+    assert not lim.tick() and lim.limit == 32
+
+
+def test_latency_cuts_where_configured_to_even_with_the_queue_seen() -> None:
+    lim = limiter(ttft_target_s=0.5, latency_always=True)
+    lim.on_engine(EngineLoad(running=30, waiting=0, kv_usage=0.4))
+    lim.on_in_flight(30)
+    for _ in range(10):
+        lim.on_success(2.0, 0.02)
+    assert lim.tick() and lim.limit == 28 and lim.last_reason == "TTFT above target"
+
+
 def test_latency_is_not_blamed_on_an_idle_backend() -> None:
     lim = limiter(ttft_target_s=0.5)
     lim.on_in_flight(3)

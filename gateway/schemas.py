@@ -82,9 +82,9 @@ class InferenceRequest:
         stream that may be paused asks for the running count of its output tokens on
         every chunk (``continuous_usage_stats``: engines merge tokens into one chunk
         when their server falls behind, so chunks are not tokens; ``timings``: llama.cpp's
-        count instead, ``timings_per_token``); ``ids``: and for the
-        ids of the tokens it makes (``ids``: the fields that ask the backend's engine for
-        them, ``engines.IDS_ASK``), to resume from them. A part that carries token ids goes
+        count instead, ``timings_per_token``); ``ids``: and for the ids of the tokens it
+        makes (the fields that ask the backend's engine for them, ``engines.IDS_ASK``), to
+        resume from them. A part that carries token ids goes
         to the completions endpoint (``part_endpoint``) with them as its prompt (after its
         ``head``, where it has one), and asks for the ids again."""
         changes: dict[str, Any] = {}

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 import httpx
 import orjson
+from redis.asyncio import Redis
+
+from scheduler.queue.keys import PoolKeys
+from tests.support import eventually, progress_past
 
 
 class Served(Protocol):
@@ -61,3 +66,34 @@ def chunk_fields(chunks: list[dict[str, Any]]) -> list[bytes]:
         if not out or out[-1] != shape:
             out.append(shape)
     return out
+
+
+async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
+    """The gateway's resumes so far, by what they carried (``triage_resumes_total``)."""
+    out: dict[str, int] = {}
+    for line in (await http.get(f"{gateway}/metrics")).text.splitlines():
+        if line.startswith("triage_resumes_total{"):
+            how = line.split('triage_resume_from="', 1)[1].split('"', 1)[0]
+            out[how] = out.get(how, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+async def paused_whole(
+    http: httpx.AsyncClient, url: str, body: dict, short: dict, redis: Redis, keys: PoolKeys,
+    headers: tuple[dict[str, str], dict[str, str]], tries: int, within_s: float,
+) -> tuple[httpx.Response, bytes, dict[bytes, bytes]]:
+    """A non-streamed ``body`` (the victim) and, once it has made progress, the stream
+    ``short``; again, up to ``tries`` times, while no pause was taken (a victim can end
+    before the short request comes). ``headers``: the victim's, the short request's. The
+    victim's answer, the short stream, and the pool's stats."""
+    path = path_of(body)
+    for _ in range(tries):
+        victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers=headers[0]))
+        await eventually(lambda: progress_past(redis, keys, 4), within_s=within_s)
+        streamed = await stream(http, url, short, headers[1])
+        answer = await victim
+        stats = await redis.hgetall(keys.stats)
+        await redis.delete(keys.progress)
+        if stats.get(b"paused") == b"1":
+            break
+    return answer, streamed, stats

@@ -23,7 +23,17 @@ from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find
 from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
-from tests.engines.calls import chat, chunk_fields, completion, events, path_of, stream, text_of
+from tests.engines.calls import (
+    chat,
+    chunk_fields,
+    completion,
+    events,
+    path_of,
+    paused_whole,
+    resumes,
+    stream,
+    text_of,
+)
 from tests.engines.conftest import PAUSING, gateways_in_front
 from tests.support import eventually, progress_past, running_app
 
@@ -181,16 +191,6 @@ async def test_llamacpp_queues_past_its_slots_and_the_adaptive_limit_reads_it(
 VICTIM = 3000  # output tokens: long enough to be running when the short request comes
 
 
-async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
-    """The gateway's resumes so far, by what they carried (``triage_resumes_total``)."""
-    out: dict[str, int] = {}
-    for line in (await http.get(f"{gateway}/metrics")).text.splitlines():
-        if line.startswith("triage_resumes_total{"):
-            how = line.split('triage_resume_from="', 1)[1].split('"', 1)[0]
-            out[how] = out.get(how, 0) + int(float(line.rsplit(" ", 1)[1]))
-    return out
-
-
 def shapes(chunks: list[dict[str, Any]]) -> list[bytes]:
     """``chunk_fields`` less llama.cpp's ``timings`` (its clock) and the usage (compared apart)."""
     return chunk_fields([{k: v for k, v in e.items() if k not in ("timings", "usage")} for e in chunks])
@@ -264,15 +264,10 @@ async def test_a_paused_whole_request_gets_llamacpps_own_answer(
     async with httpx.AsyncClient(timeout=300) as http:
         taught = await http.post(f"{url}{path}", json=make(llama, 3, False), headers={"x-triage-expected-tokens": "3"})
         assert taught.status_code == 200  # its first plain answer: llama.cpp's shape
-        for _ in range(3):  # once more if the victim ended before the short request came
-            victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers={"x-triage-expected-tokens": "2000"}))
-            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=60)
-            short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
-            answer = await victim
-            stats = await engine_redis.hgetall(keys.stats)
-            await engine_redis.delete(keys.progress)
-            if stats.get(b"paused") == b"1":
-                break
+        answer, short, stats = await paused_whole(
+            http, url, body, make(llama, 5, True, True, "quick"), engine_redis, keys,
+            ({"x-triage-expected-tokens": "2000"}, {"x-triage-expected-tokens": "5"}), tries=3, within_s=60,
+        )
         unpaused = (await http.post(f"{llama.url}{path}", json=body)).json()
         resumed = await resumes(http, url)
     assert [e["usage"]["completion_tokens"] for e in events(short) if e.get("usage")] == [5]

@@ -20,7 +20,17 @@ from redis.asyncio import Redis
 from loadtests.engines.vllm import VllmServer, metric
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
-from tests.engines.calls import chat, chunk_fields, completion, events, path_of, stream, text_of
+from tests.engines.calls import (
+    chat,
+    chunk_fields,
+    completion,
+    events,
+    path_of,
+    paused_whole,
+    resumes,
+    stream,
+    text_of,
+)
 from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS, ONE_SLOT, PAUSING
 from tests.support import eventually, progress_past
 
@@ -302,16 +312,6 @@ async def _waiting_is(vllm: VllmServer, n: int) -> bool:
     return await engine_metric(vllm, "vllm:num_requests_waiting") == n
 
 
-async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
-    """The gateway's resumes so far, by what they carried (``triage_resumes_total``)."""
-    out: dict[str, int] = {}
-    for line in (await http.get(f"{gateway}/metrics")).text.splitlines():
-        if line.startswith("triage_resumes_total{"):
-            how = line.split('triage_resume_from="', 1)[1].split('"', 1)[0]
-            out[how] = out.get(how, 0) + int(float(line.rsplit(" ", 1)[1]))
-    return out
-
-
 FLAKY_PAUSE = pytest.mark.xfail(strict=False, reason=(
     "intermittent: sometimes no pause is taken and the pool's stats hash stays empty (the short "
     "request found a free slot or the script tried none); cause not found yet"))
@@ -391,15 +391,10 @@ async def test_a_paused_whole_request_gets_vllms_own_answer(
         # vLLM's API server, starved of CPU, can hand over thousands of tokens in one chunk,
         # so the victim may be all but done when it is first seen running: then it ends
         # before the short request is queued and nothing is left to pause. Once more then.
-        for _ in range(2):
-            victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers=LONG))
-            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
-            short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
-            answer = await victim
-            stats = await engine_redis.hgetall(keys.stats)
-            await engine_redis.delete(keys.progress)
-            if stats.get(b"paused") == b"1":
-                break
+        answer, short, stats = await paused_whole(
+            http, url, body, make(vllm, 5, True, True, "quick"), engine_redis, keys, (LONG, SHORT), tries=2,
+            within_s=120,
+        )
         unpaused = (await http.post(f"{vllm.url}{path}", json=body)).json()
         resumed = await resumes(http, url)
     assert events(short)[-1]["usage"]["completion_tokens"] == 5

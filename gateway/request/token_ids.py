@@ -29,6 +29,7 @@ from typing import Any
 _VLLM_IDS = re.compile(rb'"(token_ids|prompt_token_ids)": ?\[[0-9, ]*\]')
 _LOGPROBS = b'"logprobs":{'
 
+
 def hide_vllm_ids(block: bytes) -> bytes:
     """vLLM's chunks as it writes them for a client that did not ask for token ids."""
     return _VLLM_IDS.sub(rb'"\1":null', block)

@@ -46,6 +46,7 @@ class Exchange:
         self.refusal: tuple[int, bytes] | None = None  # a backend's refusal a stream ended with: status, body
         self.client_tpot_s: float | None = None  # a stream's time per token as its client saw it
         self._closing: asyncio.Task[None] | None = None
+        self._rendered_prompt: str | None = None  # the chat prompt as the engine rendered it, once asked
 
     @property
     def streaming(self) -> bool:
@@ -80,7 +81,10 @@ class Exchange:
 
     async def _rendered(self, backend: BackendConfig) -> str | None:
         """The chat request's prompt as ``backend`` renders it (llama.cpp's ``/apply-template``
-        of the client's own body); None if it cannot tell."""
+        of the client's own body; asked once a request, however often it is paused); None if
+        it cannot tell."""
+        if self._rendered_prompt is not None:
+            return self._rendered_prompt
         call = UpstreamCall(backend, "/apply-template", self.req.raw or orjson.dumps(self.req.body),
                             headers_for(backend, self.ctx.request_id))
         try:
@@ -88,7 +92,9 @@ class Exchange:
             prompt = orjson.loads(response.content).get("prompt") if response.status_code == 200 else None
         except (UpstreamError, orjson.JSONDecodeError, AttributeError):
             return None
-        return prompt if isinstance(prompt, str) else None
+        if isinstance(prompt, str):
+            self._rendered_prompt = prompt
+        return self._rendered_prompt
 
     async def open(self, job: Job, body: bytes | None = None, endpoint: Endpoint | None = None) -> httpx.Response:
         """Send the request (``body``: the client's own, rewritten only where it must be)

@@ -72,7 +72,7 @@ def keep_apart(engine_cpus: set[int]) -> set[int]:
     """Move this process onto the CPUs the engine does not get, so that everything it starts
     from now on (gateways, the sidecar, Valkey, the load generator) runs there: the engine's
     compute threads spin between steps, and a process that wakes on their core stalls them.
-    Returns the CPUs left to the rest ('' engine CPUs: nothing is moved)."""
+    Returns the CPUs left to the rest (no engine CPUs: all of them, nothing is moved)."""
     everything = os.sched_getaffinity(0)
     others = everything - engine_cpus
     if not engine_cpus:

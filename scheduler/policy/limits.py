@@ -111,10 +111,11 @@ class AdaptiveLimit:
                 return min(limit - 1, int(e.running) + 1), "engine is queueing"
         if e.kv_usage is not None and e.kv_usage >= p.kv_high and e.waiting:
             return limit - 1, "engine KV cache full"
-        busy = self._peak_in_flight >= 0.8 * limit and (p.latency_always or e.waiting is None)
-        if busy and p.ttft_target_s is not None and _quantile(self._ttft, 0.9) > p.ttft_target_s:
+        queue_unseen = e.waiting is None  # latency is then the only sign of a queue inside
+        by_latency = self._peak_in_flight >= 0.8 * limit and (p.latency_always or queue_unseen)
+        if by_latency and p.ttft_target_s is not None and _quantile(self._ttft, 0.9) > p.ttft_target_s:
             return math.floor(limit * p.latency_factor), "TTFT above target"
-        if busy and p.tpot_target_s is not None and _quantile(self._tpot, 0.5) > p.tpot_target_s:
+        if by_latency and p.tpot_target_s is not None and _quantile(self._tpot, 0.5) > p.tpot_target_s:
             return math.floor(limit * p.latency_factor), "TPOT above target"
         if self._peak_in_flight >= limit:
             engine_has_room = e.waiting is None or e.waiting == 0

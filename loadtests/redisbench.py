@@ -40,6 +40,7 @@ from pathlib import Path
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from scheduler.queue.keys import PoolKeys
+from scheduler.queue.records import GrantMessage, pack_lease
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, MessageKind, Ticket
 
@@ -158,7 +159,9 @@ async def _one(scripts: Scripts, keys: PoolKeys, tid: str) -> None:
     result = await scripts.enqueue(keys, OWNER, _ticket(tid), 0, 0)
     if [m.kind for m in result.messages] != [MessageKind.GRANT]:
         raise RuntimeError(f"request {tid} was not granted at once: {result}")
-    await scripts.release(keys, OWNER, tid)
+    grant = result.messages[0]
+    assert isinstance(grant, GrantMessage)
+    await scripts.release(keys, OWNER, tid, pack_lease(grant.lease))  # the record, as a replica holds it
 
 
 async def run_rows(

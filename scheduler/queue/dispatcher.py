@@ -106,9 +106,9 @@ class Dispatcher:
         await tasks.stop(self._loops)
         self._loops.clear()
         for pool, held in self._held.items():  # leases nothing released (a stream cut at exit)
-            for lease in list(held):
+            for lease, record in list(held.items()):
                 held.pop(lease, None)
-                self._spawn(self._release(pool, lease))
+                self._spawn(self._release(pool, lease, record))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
 
@@ -183,9 +183,9 @@ class Dispatcher:
 
     def release_soon(self, grant: Grant) -> None:
         """Give the slot back without holding up the response (safe inside a cancelled task)."""
-        self._held[grant.pool].pop(grant.ticket, None)
+        record = self._held[grant.pool].pop(grant.ticket, None)
         self._watched.pop(grant.ticket, None)
-        self._spawn(self._release(grant.pool, grant.ticket))
+        self._spawn(self._release(grant.pool, grant.ticket, record or ""))
 
     def watch(self, grant: Grant, watch: Watch) -> None:
         """Report this lease's progress with each heartbeat, so the dispatch script may
@@ -316,9 +316,9 @@ class Dispatcher:
         # withdrawn: done. Not withdrawn: the grant is in flight and _deliver releases it.
         self._spawn(self._withdraw(ticket, pool))
 
-    async def _release(self, pool: str, lease: str) -> None:
+    async def _release(self, pool: str, lease: str, record: str = "") -> None:
         try:
-            messages = await self._scripts.release(self._keys[pool], self.owner, lease)
+            messages = await self._scripts.release(self._keys[pool], self.owner, lease, record)
         except RedisError as exc:
             # releasing is idempotent: the heartbeat tries again until Redis answers
             log.warning("release of %s failed (%s); will retry", lease, exc)

@@ -91,8 +91,10 @@ class Scripts:
         )
         return EnqueueResult(int(raw[0]), int(raw[1]), [parse_message(m) for m in raw[2:]])
 
-    async def release(self, keys: PoolKeys, me: str, lease: str) -> list[Message]:
-        raw = await self._release(keys=[keys.base], args=[*self._common(me), lease])
+    async def release(self, keys: PoolKeys, me: str, lease: str, record: str = "") -> list[Message]:
+        """``record``: the lease as its grant carried it, when the caller holds it (the
+        script then need not read it back)."""
+        raw = await self._release(keys=[keys.base], args=[*self._common(me), lease, record])
         return [parse_message(m) for m in raw]
 
     async def cancel(self, keys: PoolKeys, ticket: str) -> bool:

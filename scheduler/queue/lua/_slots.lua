@@ -85,15 +85,26 @@ local function add_lease(C, lid, l, record, expiry, written)
 end
 
 -- Give back the slot a lease holds. Only a lease that still exists holds one, so
--- dropping twice frees it once. Returns the lease it was, or nil.
-local function drop_lease(C, lid)
-  local record = redis.call('HGET', C.K.lease, lid)
+-- dropping twice frees it once. `known`: its record as the caller holds it (the owner
+-- keeps the one its grant carried, and no script rewrites a lease): then it is not read
+-- back, and whether the lease still existed is what HDEL says. Returns the lease it was, or nil.
+local function drop_lease(C, lid, known)
+  local record = known
+  if record then
+    if redis.call('HDEL', C.K.lease, lid) == 0 then
+      record = nil
+    end
+  else
+    record = redis.call('HGET', C.K.lease, lid)
+    if record then
+      redis.call('HDEL', C.K.lease, lid)
+    end
+  end
   redis.call('ZREM', C.K.leases, lid)
   if not record then
     return nil
   end
   local l = parse_lease(record)
-  redis.call('HDEL', C.K.lease, lid)
   redis.call('SREM', C.K.owned(l.owner), lid)
   if count_lease(C.S, l, -1).resume then
     redis.call('HDEL', C.K.progress, lid)  -- only leases on such backends report progress

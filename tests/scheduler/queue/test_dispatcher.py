@@ -93,6 +93,28 @@ async def test_grant_at_once_and_release(make, redis, prefix) -> None:
     assert await busy(redis, prefix) == 0
 
 
+async def test_a_release_with_the_held_record_frees_its_slot_once(make, redis, prefix) -> None:
+    """The owner passes the lease's record (the script then does not read it back): the slot
+    is freed, the lease and its expiry are gone, and a second release (or one of a lease the
+    queue already dropped) frees nothing more, with or without the record."""
+    d = make()
+    await add_backend(d, limit=3)
+    scripts, keys = scripts_on(redis), PoolKeys(prefix, POOL)
+    grants = [await d.acquire(spec(), POOL) for _ in range(2)]
+    assert await busy(redis, prefix) == 2
+    first = grants[0].ticket
+    record = d.held(POOL)[first]
+    await scripts.release(keys, d.owner, first, record)
+    assert await busy(redis, prefix) == 1
+    assert await redis.hget(keys.lease, first) is None and await redis.zscore(keys.leases, first) is None
+    await scripts.release(keys, d.owner, first, record)
+    await scripts.release(keys, d.owner, first)
+    assert await busy(redis, prefix) == 1  # the other lease still holds its slot
+    second = grants[1].ticket
+    await scripts.release(keys, d.owner, second)  # no record: read back, the same outcome
+    assert await busy(redis, prefix) == 0
+
+
 async def test_replicas_counts_live_heartbeats(make) -> None:
     a, b = make(hb=5.0), make(hb=5.0)
     await add_backend(a)  # registering writes a heartbeat

@@ -77,13 +77,27 @@ def headers_for(backend: BackendConfig, request_id: str, extra: dict[str, str] |
     return headers
 
 
+_URLS_KEPT = 1024  # parsed upstream URLs (backends x paths; a reload may add some)
+
+
 class Upstream:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
+        self._urls: dict[str, httpx.URL] = {}
+
+    def _url(self, url: str) -> httpx.URL:
+        """The parsed URL, parsed once: httpx parses a string URL twice per request, about
+        half of what building the request costs."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= _URLS_KEPT:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     async def open(self, call: UpstreamCall, stream: bool) -> httpx.Response:
         """Send the request; for streams, return once the status and headers are in."""
-        request = self.client.build_request("POST", call.url, content=call.body, headers=call.headers)
+        request = self.client.build_request("POST", self._url(call.url), content=call.body, headers=call.headers)
         with upstream_errors():
             response = await self.client.send(request, stream=True)
             if not stream:

@@ -140,13 +140,20 @@ class LengthPredictor:
         rate = cfg.learning_rate
         get = state.get
         add = state.add
+        # state.add inlined (the same sums, in the same order): this loop runs for every
+        # feature of every finished request, and the calls were most of its cost
+        values, pending, sqrt = state.values, state.pending, math.sqrt
         for weight, squares, value in x:
             grad = error * value
             if grad == 0.0:
                 continue
-            g2 = get(squares) + grad * grad
-            add(squares, grad * grad)
-            add(weight, -rate * grad / math.sqrt(g2))
+            g = grad * grad
+            g2 = values.get(squares, 0.0) + g
+            values[squares] = g2
+            pending[squares] = pending.get(squares, 0.0) + g
+            step = -rate * grad / sqrt(g2)
+            values[weight] = values.get(weight, 0.0) + step
+            pending[weight] = pending.get(weight, 0.0) + step
 
         # The template correction learns the linear model's residual on that template;
         # it reacts within tens of requests, where the hashed template weight needs

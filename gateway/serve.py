@@ -4,12 +4,8 @@ with no backends, one simulated backend. Ctrl-C stops the gateway and everything
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import signal
-import threading
-from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -66,7 +62,7 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
 
     from gateway.app import create_app
     from gateway.server.connections import server_options
-    from gateway.server.drain import draining_server
+    from gateway.server.drain import draining_server, quiet_stop_server
     from gateway.server.embedded import EmbeddedRedis, EmbeddedSimulator
 
     embedded: list[str] = []
@@ -102,69 +98,52 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
             embedded.append(f"{settings.workers} worker processes, each a full replica (own owner id, inbox, heartbeat)")
         print(_banner(settings, embedded), flush=True)
         if settings.workers > 1:
-            _run_workers(settings)
+            _run_workers(settings, source)
             return
         app = create_app(settings, source=source)
         config = uvicorn.Config(
             app, log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
         )
         # the first SIGTERM / SIGINT drains (gateway/server/drain.py), a second one stops at once
-        draining_server(_quiet_stop_server(), config, app.state.drain).run()
+        draining_server(quiet_stop_server(), config, app.state.drain).run()
 
 
-def worker_app(settings_json: str) -> Any:
-    """The app of one worker process (uvicorn's factory): its own replica of the gateway."""
+def worker_app(settings_json: str, source_doc: str | None = None) -> Any:
+    """The app of one worker process (uvicorn's factory): its own replica of the gateway,
+    reloaded from ``source_doc`` (the config file and flags, ``workers.source_json``) as a
+    single process is; its drain is kept where the worker's server finds it."""
     from gateway.app import create_app
+    from gateway.server import workers
 
-    return create_app(Settings.model_validate_json(settings_json))
+    settings = Settings.model_validate_json(settings_json)
+    if settings.request_log:
+        from gateway.telemetry.request_log import to_stdout
+
+        to_stdout()
+    app = create_app(settings, source=workers.source_of(source_doc))
+    workers.keep_drain(app.state.drain)
+    return app
 
 
-def _run_workers(settings: Settings) -> None:
+def _run_workers(settings: Settings, source: ConfigSource | None) -> None:
     """``workers`` processes share one listening socket, bound here; the embedded servers
-    started above are shared by all. uvicorn's supervisor restarts a worker that dies and
-    stops them all on Ctrl-C / SIGTERM. Each worker builds its app itself (a factory, so
-    nothing but the settings crosses the process boundary) and so is a replica of its own:
-    its owner id, inbox and heartbeat, like a gateway on another host."""
+    started above are shared by all. Each is a replica of its own with the drain and the
+    reload of a single process (``gateway/server/workers.py``)."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from gateway.server.connections import WORKER_SETTINGS_ENV, server_options
+    from gateway.server.workers import Supervisor, log_config, source_json
 
     os.environ[WORKER_SETTINGS_ENV] = settings.model_dump_json()
     options = {**server_options(settings), "http": "gateway.server.connections:WorkerProtocol"}  # importable by name
+    # the app factory: picklable (a module function and strings), each worker builds its own app
+    app = functools.partial(worker_app, settings.model_dump_json(), source_json(source))
     config = uvicorn.Config(
-        functools.partial(worker_app, settings.model_dump_json()), factory=True, workers=settings.workers,
+        app, factory=True, workers=settings.workers, log_config=log_config(),
         log_level="info", timeout_graceful_shutdown=10, **options,
     )
     sock = config.bind_socket()
     try:
-        Multiprocess(config, sockets=[sock]).run()
+        Supervisor(config, sockets=[sock]).run()
     finally:
         sock.close()
-
-
-def _quiet_stop_server() -> type:
-    import uvicorn
-
-    class QuietStopServer(uvicorn.Server):
-        """Stops gracefully on SIGINT / SIGTERM and then simply returns.
-
-        uvicorn re-raises the signal after its graceful shutdown; under uvloop that
-        KeyboardInterrupt lands in the finished lifespan task and prints a traceback on
-        every Ctrl-C (uvicorn issue #1579). The shutdown is already done, so it is dropped;
-        the embedded servers are stopped afterwards by ``serve``.
-        """
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in original.items():
-                    signal.signal(sig, handler)
-
-    return QuietStopServer

@@ -20,12 +20,14 @@ class so the first signal drains instead of stopping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from gateway import sse
 from gateway.errors import draining
@@ -203,9 +205,15 @@ async def _end(running: _Running, scope: Scope, receive: Receive, send: Send) ->
     await send({"type": "http.response.body", "body": b"\n\n" + error, "more_body": False})
 
 
-def draining_server(base: type, config: Any, drain: Drain) -> Any:
+def draining_server(
+    base: type, config: Any, drain: Drain | Callable[[], Drain | None], ignore_sigint: bool = False
+) -> Any:
     """An instance of ``base`` (a ``uvicorn.Server`` subclass) whose first SIGTERM or
-    SIGINT drains and then stops it; a second one ends the running requests now."""
+    SIGINT drains and then stops it; a second one ends the running requests now.
+    ``drain``: the app's, or how to find it once the server has built its app (a worker's
+    factory runs inside ``serve``). ``ignore_sigint``: a worker's, whose supervisor turns
+    a Ctrl-C into SIGTERM (``gateway/server/workers.py``)."""
+    find = drain if callable(drain) else (lambda: drain)
 
     class DrainingServer(base):  # type: ignore[misc, valid-type]
         _loop: asyncio.AbstractEventLoop | None = None
@@ -216,7 +224,10 @@ def draining_server(base: type, config: Any, drain: Drain) -> Any:
             await super().serve(sockets)
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if self._loop is None or self.should_exit or drain.hurried:
+            if ignore_sigint and sig == signal.SIGINT and not self.should_exit:
+                return
+            drain = find()
+            if self._loop is None or self.should_exit or drain is None or drain.hurried:
                 super().handle_exit(sig, frame)  # not serving yet, or a third signal: as uvicorn does
                 return
             # (this runs in a signal handler: what logs or awaits goes to the loop)
@@ -228,16 +239,43 @@ def draining_server(base: type, config: Any, drain: Drain) -> Any:
 
         def _hurry(self, sig: int) -> None:
             log.info("%s: ending the running requests now", signal.Signals(sig).name)
-            drain.hurry()
+            cast(Drain, find()).hurry()
 
         def _start(self, sig: int) -> None:
             log.info("%s: draining (a second signal ends the running requests now)", signal.Signals(sig).name)
             self._draining = asyncio.get_running_loop().create_task(self._drain_then_exit(sig))
 
         async def _drain_then_exit(self, sig: int) -> None:
-            await drain.run()
+            await cast(Drain, find()).run()
             # what is left after the drain: idle keep-alive connections, or cut streams
             self.config.timeout_graceful_shutdown = 5
             super().handle_exit(sig, None)
 
     return DrainingServer(config)
+
+
+def quiet_stop_server() -> type:
+    import uvicorn
+
+    class QuietStopServer(uvicorn.Server):
+        """Stops gracefully on SIGINT / SIGTERM and then simply returns.
+
+        uvicorn re-raises the signal after its graceful shutdown; under uvloop that
+        KeyboardInterrupt lands in the finished lifespan task and prints a traceback on
+        every Ctrl-C (uvicorn issue #1579). The shutdown is already done, so it is dropped;
+        the embedded servers are stopped afterwards by ``gateway/serve.py``.
+        """
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return QuietStopServer

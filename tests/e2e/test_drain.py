@@ -272,3 +272,62 @@ async def test_an_idle_replica_exits_at_once_and_a_second_signal_stops_a_drain(
 
 async def _draining(http: httpx.AsyncClient) -> bool:
     return (await http.get("/ready")).status_code == 503
+
+
+def _fresh(url: str) -> httpx.AsyncClient:
+    """A client whose every request opens a new connection: the kernel hands each to either worker."""
+    return httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
+
+
+async def _draining_everywhere(url: str) -> bool:
+    """Every worker a new connection reaches says it is not ready (it drains). Asked with
+    ``/ready``, not with work: a worker the signal has not reached yet would take it."""
+    async with _fresh(url) as http:
+        return all([(await http.get("/ready")).status_code == 503 for _ in range(8)])
+
+
+async def _refused_everywhere(url: str) -> None:
+    async with _fresh(url) as http:
+        for _ in range(6):
+            answer = await http.post("/v1/chat/completions", json=chat(stream=False))
+            assert answer.status_code == 503 and answer.json()["error"]["code"] == "draining", answer.text
+
+
+async def test_every_worker_drains_on_sigterm(
+    replica: Start, gated: GatedBackend, redis: Redis, prefix: str
+) -> None:
+    """``--workers 2``: the supervisor's SIGTERM reaches each worker, which drains as a single
+    process does: new work refused on every worker, the running stream completed, then exit."""
+    gw = await replica(slots=2, drain_timeout_s=60, workers=2)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
+        async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as running:
+            lines = running.aiter_lines()
+            await anext(line async for line in lines if "Hello" in line)
+            os.kill(gw.proc.pid, signal.SIGTERM)
+            await eventually(lambda: _draining_everywhere(gw.url), within_s=30)
+            await _refused_everywhere(gw.url)
+            assert gw.proc.poll() is None and await leases(redis, prefix) == 1  # the stream still runs
+            gated.release()
+            rest = [line async for line in lines if line.startswith("data:")]
+    assert rest[-1] == "data: [DONE]" and any("world" in line for line in rest)
+    assert await gw.exited() == 0
+    assert await leases(redis, prefix) == 0
+    log = gw.log.read_text()
+    assert log.count("draining (a second signal ends the running requests now)") == 2, log  # both workers
+    assert "Traceback" not in log, log
+
+
+async def test_a_second_sigterm_ends_the_streams_of_every_worker(replica: Start, gated: GatedBackend) -> None:
+    gw = await replica(slots=2, drain_timeout_s=600, workers=2)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
+        async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as running:
+            lines = running.aiter_lines()
+            await anext(line async for line in lines if "Hello" in line)
+            os.kill(gw.proc.pid, signal.SIGTERM)
+            await eventually(lambda: _draining_everywhere(gw.url), within_s=30)
+            os.kill(gw.proc.pid, signal.SIGTERM)  # do not wait for the stream
+            rest = [line async for line in lines if line.startswith("data:")]
+            assert await gw.exited(within_s=60) == 0
+    assert orjson.loads(rest[-1].removeprefix("data: "))["error"]["code"] == "draining"
+    log = gw.log.read_text()
+    assert "stopped by a second signal" in log and "Traceback" not in log, log

@@ -1,10 +1,12 @@
 """``triage serve --workers 2``: two processes on one port, each a full replica (its own owner
-id and heartbeat in Redis), both serving, one global limit between them."""
+id and heartbeat in Redis), both serving, one global limit between them; SIGHUP reloads
+every worker's config, as it does a single process's (their drain: tests/e2e/test_drain.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ import yaml
 from redis.asyncio import Redis
 
 from gateway.server.embedded import await_http_ready, free_port, stop_child
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.records import parse_lease
 from tests.e2e.scaleout.checks import completion, peak_running
@@ -60,6 +63,41 @@ async def test_two_workers_are_two_replicas_under_one_limit(
     assert peak == 3  # one limit for both
     assert proc.returncode is not None
     await eventually(lambda: not [p for p in workers if _alive(p)])  # the workers stopped with it
+
+
+async def test_sighup_reloads_every_worker_without_restarting_it(
+    tmp_path: Path, sims, redis_url: str, redis: Redis, prefix: str
+) -> None:
+    """The supervisor passes SIGHUP on: each worker reads the config again and registers the
+    backend it adds (its own entry in ``P:reach``), in the same process as before."""
+    sim = sims(MODEL)
+    port = free_port()
+    config = tmp_path / "triage.yaml"
+    base = {"redis_url": redis_url, "key_prefix": prefix, "heartbeat_s": 0.5, "reload_check_s": 0}
+    config.write_text(yaml.safe_dump({**base, "backends": [{"name": "a", "url": sim, "models": [MODEL]}]}))
+    log = (tmp_path / "serve.log").open("wb")
+    proc = serve(config, port, log)
+    keys = PoolKeys(prefix, "default")
+    try:
+        assert await asyncio.to_thread(await_http_ready, proc, f"http://127.0.0.1:{port}/health", 60), (
+            (tmp_path / "serve.log").read_text())
+        await eventually(lambda: _owners(redis, keys, 2), within_s=30)
+        owners = [m.decode() for m in await redis.zrange(keys.owners, 0, -1)]
+
+        async def reach_is(names: set[str]) -> bool:
+            return all([await readback.reach(redis, keys, owner) == names for owner in owners])
+
+        await eventually(lambda: reach_is({"a"}), within_s=30)
+        workers = set(child_pids(proc.pid))
+        two = [{"name": "a", "url": sim, "models": [MODEL]}, {"name": "b", "url": sim, "models": [MODEL]}]
+        config.write_text(yaml.safe_dump({**base, "backends": two}))
+        proc.send_signal(signal.SIGHUP)
+        await eventually(lambda: reach_is({"a", "b"}), within_s=30)
+        assert set(child_pids(proc.pid)) == workers  # reloaded, not restarted
+        assert {m.decode() for m in await redis.zrange(keys.owners, 0, -1)} == set(owners)
+    finally:
+        stop_child(proc)
+        log.close()
 
 
 def _alive(pid: int) -> bool:

@@ -5,6 +5,7 @@ the test lets them (so "running" and "queued" are states, not timings)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -248,30 +249,10 @@ async def test_streams_past_drain_timeout_end_with_an_error_and_release_their_le
     assert "still running after 1 s" in log and "Traceback" not in log, log
 
 
-async def test_an_idle_replica_exits_at_once_and_a_second_signal_stops_a_drain(
-    replica: Start, gated: GatedBackend
-) -> None:
+async def test_an_idle_replica_exits_at_once(replica: Start) -> None:
     idle = await replica()
     os.kill(idle.proc.pid, signal.SIGTERM)
     assert await idle.exited() == 0
-
-    busy = await replica(drain_timeout_s=600)
-    async with httpx.AsyncClient(base_url=busy.url, timeout=60) as http:
-        async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as running:
-            lines = running.aiter_lines()
-            await anext(line async for line in lines if "Hello" in line)
-            os.kill(busy.proc.pid, signal.SIGTERM)
-            await eventually(lambda: _draining(http))
-            os.kill(busy.proc.pid, signal.SIGTERM)  # do not wait for the stream
-            rest = [line async for line in lines if line.startswith("data:")]
-            assert await busy.exited(within_s=30) == 0
-    assert orjson.loads(rest[-1].removeprefix("data: "))["error"]["code"] == "draining"
-    log = busy.log.read_text()
-    assert "stopped by a second signal" in log and "Traceback" not in log, log
-
-
-async def _draining(http: httpx.AsyncClient) -> bool:
-    return (await http.get("/ready")).status_code == 503
 
 
 def _fresh(url: str) -> httpx.AsyncClient:
@@ -293,22 +274,30 @@ async def _refused_everywhere(url: str) -> None:
             assert answer.status_code == 503 and answer.json()["error"]["code"] == "draining", answer.text
 
 
-async def test_every_worker_drains_on_sigterm(
-    replica: Start, gated: GatedBackend, redis: Redis, prefix: str
-) -> None:
-    """``--workers 2``: the supervisor's SIGTERM reaches each worker, which drains as a single
-    process does: new work refused on every worker, the running stream completed, then exit."""
-    gw = await replica(slots=2, drain_timeout_s=60, workers=2)
+@contextlib.asynccontextmanager
+async def _workers_draining_with_a_stream(gw: Replica) -> AsyncIterator[AsyncIterator[str]]:
+    """A stream running (on one of the workers), then SIGTERM (to their supervisor), until
+    every worker drains: the stream's lines to come."""
     async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
         async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as running:
             lines = running.aiter_lines()
             await anext(line async for line in lines if "Hello" in line)
             os.kill(gw.proc.pid, signal.SIGTERM)
             await eventually(lambda: _draining_everywhere(gw.url), within_s=30)
-            await _refused_everywhere(gw.url)
-            assert gw.proc.poll() is None and await leases(redis, prefix) == 1  # the stream still runs
-            gated.release()
-            rest = [line async for line in lines if line.startswith("data:")]
+            yield lines
+
+
+async def test_every_worker_drains_on_sigterm(
+    replica: Start, gated: GatedBackend, redis: Redis, prefix: str
+) -> None:
+    """``--workers 2``: the supervisor's SIGTERM reaches each worker, which drains as a single
+    process does: new work refused on every worker, the running stream completed, then exit."""
+    gw = await replica(slots=2, drain_timeout_s=60, workers=2)
+    async with _workers_draining_with_a_stream(gw) as lines:
+        await _refused_everywhere(gw.url)
+        assert gw.proc.poll() is None and await leases(redis, prefix) == 1  # the stream still runs
+        gated.release()
+        rest = [line async for line in lines if line.startswith("data:")]
     assert rest[-1] == "data: [DONE]" and any("world" in line for line in rest)
     assert await gw.exited() == 0
     assert await leases(redis, prefix) == 0
@@ -317,17 +306,13 @@ async def test_every_worker_drains_on_sigterm(
     assert "Traceback" not in log, log
 
 
-async def test_a_second_sigterm_ends_the_streams_of_every_worker(replica: Start, gated: GatedBackend) -> None:
-    gw = await replica(slots=2, drain_timeout_s=600, workers=2)
-    async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
-        async with http.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as running:
-            lines = running.aiter_lines()
-            await anext(line async for line in lines if "Hello" in line)
-            os.kill(gw.proc.pid, signal.SIGTERM)
-            await eventually(lambda: _draining_everywhere(gw.url), within_s=30)
-            os.kill(gw.proc.pid, signal.SIGTERM)  # do not wait for the stream
-            rest = [line async for line in lines if line.startswith("data:")]
-            assert await gw.exited(within_s=60) == 0
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_second_sigterm_ends_the_running_streams(replica: Start, gated: GatedBackend, workers: int) -> None:
+    gw = await replica(slots=2, drain_timeout_s=600, workers=workers)
+    async with _workers_draining_with_a_stream(gw) as lines:
+        os.kill(gw.proc.pid, signal.SIGTERM)  # do not wait for the stream
+        rest = [line async for line in lines if line.startswith("data:")]
+        assert await gw.exited(within_s=60) == 0
     assert orjson.loads(rest[-1].removeprefix("data: "))["error"]["code"] == "draining"
     log = gw.log.read_text()
     assert "stopped by a second signal" in log and "Traceback" not in log, log

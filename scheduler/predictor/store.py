@@ -88,26 +88,31 @@ class SharedState:
                 self._rev_seen = rev
 
     async def pull(self, redis: Any, key: str) -> None:
-        """Replace local values by base + the merged hash + what is still pending."""
+        """Replace local values by base + the merged hash + what is still pending. The merge
+        of the whole hash (a hundred thousand fields take tens of milliseconds) runs in a
+        thread, so requests on the event loop are not held up by it; what was learned
+        meanwhile is pending, and is added on the loop after it."""
         async with self._lock:
             rev_raw = await redis.hget(key, "rev")
             rev = int(rev_raw) if rev_raw is not None else 0
             if rev == self._rev_seen:
                 return
             raw = await redis.hgetall(key)
-            values = dict(self.base)
-            for field_raw, value_raw in raw.items():
-                field = field_raw.decode() if isinstance(field_raw, bytes) else field_raw
-                if field != "rev":
-                    values[field] = values.get(field, 0.0) + float(value_raw)
+            values = await asyncio.to_thread(self.merged, raw)
             for field, delta in self.pending.items():
                 values[field] = values.get(field, 0.0) + delta
             self.values = values
-            hist = [0.0] * len(self.hist)
-            for index in range(len(hist)):
-                hist[index] = values.get(f"h:{index}", 0.0)
-            self.hist = hist
+            self.hist = [values.get(f"h:{index}", 0.0) for index in range(len(self.hist))]
             self._rev_seen = int(raw.get(b"rev", raw.get("rev", rev)))
+
+    def merged(self, raw: dict[Any, Any]) -> dict[str, float]:
+        """The shipped base plus the shared hash (``HGETALL``'s reply), as new values."""
+        values = dict(self.base)
+        for field_raw, value_raw in raw.items():
+            field = field_raw.decode() if isinstance(field_raw, bytes) else field_raw
+            if field != "rev":
+                values[field] = values.get(field, 0.0) + float(value_raw)
+        return values
 
     # Offline snapshots (the shipped warm start, benchmarks).
 

@@ -3,7 +3,9 @@ between replicas through a real Redis-protocol server."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 
 import pytest
 from redis.asyncio import Redis
@@ -101,3 +103,39 @@ async def test_a_failed_push_keeps_its_deltas_pending(redis: Redis, key: str) ->
     assert a.pending == {"w:1": 1.0}
     await a.push(redis, key)  # sent once Redis answers
     assert float(await redis.hget(key, "w:1")) == 1.0 and a.pending == {}
+
+
+class _Watched(SharedState):
+    """Records the thread its merge ran in, and lets the test learn while it runs."""
+
+    def __init__(self, during: object) -> None:
+        super().__init__(BINS)
+        self.threads: list[int] = []
+        self.during = during
+
+    def merged(self, raw: dict[object, object]) -> dict[str, float]:
+        self.threads.append(threading.get_ident())
+        assert callable(self.during)
+        self.during()
+        return super().merged(raw)
+
+
+async def test_the_merge_of_a_pull_runs_off_the_loop_and_keeps_what_is_learned_meanwhile(
+    redis: Redis, key: str
+) -> None:
+    """A pull's merge of the whole hash runs in a thread (the event loop serves requests
+    meanwhile); learning that lands while it runs is pending, and is in the values after."""
+    a = SharedState(BINS)
+    a.add("w:1", 1.0)
+    await a.push(redis, key)
+    loop = asyncio.get_running_loop()
+    learned = threading.Event()
+
+    def learn_on_the_loop() -> None:  # as a request finishing on the loop would, mid-merge
+        loop.call_soon_threadsafe(lambda: (b.add("w:1", 10.0), learned.set()))
+        assert learned.wait(10), "the loop did not run while the merge ran"
+
+    b = _Watched(learn_on_the_loop)
+    await b.pull(redis, key)
+    assert b.threads and b.threads[0] != threading.get_ident()
+    assert b.get("w:1") == 11.0 and b.pending == {"w:1": 10.0}

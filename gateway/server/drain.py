@@ -213,7 +213,7 @@ def draining_server(
     ``drain``: the app's, or how to find it once the server has built its app (a worker's
     factory runs inside ``serve``). ``ignore_sigint``: a worker's, whose supervisor turns
     a Ctrl-C into SIGTERM (``gateway/server/workers.py``)."""
-    find = drain if callable(drain) else (lambda: drain)
+    find: Callable[[], Drain | None] = (lambda: drain) if isinstance(drain, Drain) else drain
 
     class DrainingServer(base):  # type: ignore[misc, valid-type]
         _loop: asyncio.AbstractEventLoop | None = None

@@ -235,19 +235,13 @@ def extract(inp: PredictInput, spec: FeatureSpec) -> list[tuple[int, float]]:
     bits = spec.bits
     mask = (1 << bits) - 1
     crc32 = zlib.crc32
-    get = out.get
-    feats = names(inp, spec)
-    if not spec.cross_tenant:
-        for name, value in feats.items():
-            i = crc32(name.encode()) & mask
-            out[i] = get(i, 0.0) + value
-        return list(out.items())
     # crc32(raw, crc32(prefix)) is crc32(prefix + raw): the tenant's slot without the copy
-    tenant = zlib.crc32((inp.tenant + "|").encode())
-    for name, value in feats.items():
+    tenant = crc32((inp.tenant + "|").encode()) if spec.cross_tenant else None
+    for name, value in names(inp, spec).items():
         raw = name.encode()
         i = crc32(raw) & mask
-        out[i] = get(i, 0.0) + value
-        j = crc32(raw, tenant) & mask
-        out[j] = get(j, 0.0) + value
+        out[i] = out.get(i, 0.0) + value
+        if tenant is not None:
+            j = crc32(raw, tenant) & mask
+            out[j] = out.get(j, 0.0) + value
     return list(out.items())

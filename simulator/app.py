@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from simulator import vllm_chunks
 from simulator.blocks import BlockHashes
 from simulator.dialects import SERVER, WIRES, Dialect, ServerHeader, model_card, render_metrics, served_name
 from simulator.embeddings import embed
@@ -42,6 +43,8 @@ from simulator.responses import DroppedResponse, TokenStream, wait_finished
 from simulator.sequence import Sequence
 from simulator.settings import SimSettings
 from simulator.textgen import Vocabulary
+from simulator.token_ids import REGISTRY, prompt_ids, word_id
+from simulator.vllm_chunks import VllmFrameWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +191,21 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
 
     request_id = new_request_id(endpoint)
     created = int(time.time())
+    vllm = state.dialect is Dialect.VLLM
+    ids = None
+    if vllm and req.token_ids:  # the ids told are remembered, so a continuation from them reads as text would
+        ids = prompt_ids(req.prompt, len(state.vocab))
+        REGISTRY.remember(ids, req.prompt, endpoint)
     if req.stream:
         wire = WIRES[state.dialect]
-        writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
+        writer: FrameWriter | VllmFrameWriter
+        if vllm:
+            writer = VllmFrameWriter(
+                endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire,
+                req.prompt_tokens, req.running_usage, ids,
+            )  # fmt: skip
+        else:
+            writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
         return TokenStream(engine, seq, writer, *wire.usage(endpoint is Endpoint.CHAT, req.include_usage))
 
     await wait_finished(request.receive, engine, *seqs)
@@ -198,16 +213,17 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         return DroppedResponse()
     if any(s.finish_reason is FinishReason.ABORT for s in seqs):
         return Response(status_code=499)  # the client is gone; nothing will be delivered
-    choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
-    body = full_response(
-        endpoint,
-        request_id,
-        created,
-        req.model,
-        choices,
-        seq.prompt_tokens,
-        sum(s.generated for s in seqs),
-    )
+    made = sum(s.generated for s in seqs)
+    if vllm:
+        words = len(state.vocab)
+        answers = [
+            (state.vocab.text(start, s.generated), s.finish_reason, [word_id((start + i) % words) for i in range(s.generated)])
+            for s in seqs if s.finish_reason is not None
+        ]  # fmt: skip
+        body = vllm_chunks.full_response(endpoint, request_id, created, req.model, answers, seq.prompt_tokens, made, ids)
+    else:
+        choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
+        body = full_response(endpoint, request_id, created, req.model, choices, seq.prompt_tokens, made)
     return Response(body, media_type="application/json")
 
 

@@ -9,6 +9,8 @@ frames match what OpenAI and vLLM send:
   reason;
 - completions: ``object: "text_completion"`` with ``choices[0].text``; the last frame
   has empty text and the finish reason;
+- vLLM's own fields (token ids, the finish on the last token's chunk) are written by
+  ``simulator/vllm_chunks.py`` for its dialect;
 - with ``include_usage``, every frame carries ``"usage": null`` and an extra frame with
   ``choices: []`` and the usage comes before ``data: [DONE]`` (or, as TGI does, the
   finish frame carries the usage: ``Wire.usage_on_last_chunk``).
@@ -126,6 +128,10 @@ class FrameWriter:
         """Content frames for output tokens ``first`` .. ``end - 1``, one token each."""
         prefix, suffix, vocab, start = self._prefix, self._suffix, self._vocab, self._start
         return b"".join(prefix + vocab.json_word(start, i) + suffix for i in range(first, end))
+
+    def end(self, first: int, end: int, reason: FinishReason, usage_of: tuple[int, int] | None = None) -> bytes:
+        """The last content frames: tokens ``first`` .. ``end - 1``, then the finish frame."""
+        return self.tokens(first, end) + self.finish(reason, usage_of)
 
     def finish(self, reason: FinishReason, usage_of: tuple[int, int] | None = None) -> bytes:
         """The last content frame; with ``usage_of`` (prompt, completion tokens) it carries the usage."""

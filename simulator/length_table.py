@@ -48,7 +48,7 @@ class LengthTable:
         """The listed natural length of a request with ``prompt``, counted from its original prompt."""
         if prompt.table_key is None:
             return None
-        table = self.chat if endpoint is Endpoint.CHAT else self.completions
+        table = self.chat if (prompt.origin or endpoint) is Endpoint.CHAT else self.completions
         return table.get(prompt.table_key)
 
 

@@ -76,11 +76,12 @@ def parse_request(
     if stream and n > 1:
         raise ApiError(400, "Streaming with n > 1 is not simulated.", param="n")
     options = body.get("stream_options")
-    include_usage = False
+    include_usage = running_usage = False
     if options is not None:
         if not isinstance(options, dict):
             raise ApiError(400, "stream_options must be an object.", param="stream_options")
         include_usage = bool(options.get("include_usage", False))
+        running_usage = include_usage and bool(options.get("continuous_usage_stats", False))
 
     return GenerationRequest(
         endpoint=endpoint,
@@ -92,6 +93,8 @@ def parse_request(
         min_tokens=min_tokens,
         ignore_eos=_optional_bool(body, "ignore_eos"),
         n=n,
+        token_ids=_optional_bool(body, "return_token_ids"),
+        running_usage=running_usage and stream,
     )
 
 

@@ -9,7 +9,8 @@ has the rule) and the output length stays keyed on the original prompt:
   the messages before it, plus an assistant message with that leading text if there is
   any; the run is the output already generated.
 - completions: the prompt's trailing run is the output already generated; the text
-  before it is the original prompt. Token-id prompts are always fresh.
+  before it is the original prompt. A token-id prompt likewise ends in a run of output
+  ids, and its head is the prompt whose ids the simulator told (``simulator/token_ids.py``).
 
 Prompt tokens are the original prompt's estimate (``ceil(characters / 4)`` over the
 message contents, or the prompt) plus one per word of the run, so a continuation counts
@@ -23,8 +24,7 @@ from typing import Any
 
 from simulator.protocol import ApiError, Prompt, PromptText
 from simulator.textgen import Vocabulary
-
-ID_CHARS = 8  # characters of one rendered token id (32 bits in hex)
+from simulator.token_ids import REGISTRY
 
 
 def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Prompt:
@@ -78,10 +78,9 @@ def completion_prompt(prompt: Any, vocab: Vocabulary) -> Prompt:
         and prompt
         and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
     ):
-        # Token ids: the count is exact; the ids themselves key the output length.
-        rendered = "".join(f"{t & 0xFFFFFFFF:08x}" for t in prompt)
-        text = PromptText(rendered, len(prompt), ID_CHARS, ((len(rendered), len(rendered)),))
-        return Prompt(original=",".join(map(str, prompt)), table_key=None, text=text, run=0, run_start=0)
+        # Token ids: the count is exact; the prompt they stand for (or the ids themselves,
+        # when unknown) keys the output length.
+        return REGISTRY.read(prompt, len(vocab))
     raise ApiError(
         400, "Missing or unsupported 'prompt': send a string or a list of token ids.", param="prompt"
     )

@@ -54,6 +54,8 @@ class Prompt:
     text: PromptText  # the original prompt's tokens
     run: int  # the model's words after the original prompt; 0 for a fresh request
     run_start: int  # vocabulary index of the run's first word (0 when run == 0)
+    ids: tuple[int, ...] | None = None  # a token-id prompt's ids, as sent
+    origin: Endpoint | None = None  # where the original prompt came (when not this request's endpoint)
 
     @property
     def tokens(self) -> int:
@@ -79,6 +81,8 @@ class GenerationRequest:
     min_tokens: int  # vLLM extension; 0 when absent
     ignore_eos: bool  # vLLM extension: generate exactly up to the cap
     n: int = 1  # choices: n sequences of the same plan (non-streamed only)
+    token_ids: bool = False  # vLLM's return_token_ids: the prompt's ids and each token's
+    running_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
 
     @property
     def prompt_tokens(self) -> int:

@@ -20,6 +20,7 @@ from simulator.engine import Engine
 from simulator.faults import InjectedDrop
 from simulator.protocol import FinishReason
 from simulator.sequence import Sequence
+from simulator.vllm_chunks import VllmFrameWriter
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -67,7 +68,8 @@ class TokenStream:
     """ASGI response that streams a sequence's tokens as SSE frames as the engine makes them."""
 
     def __init__(
-        self, engine: Engine, seq: Sequence, writer: FrameWriter, include_usage: bool, usage_on_last: bool = False
+        self, engine: Engine, seq: Sequence, writer: FrameWriter | VllmFrameWriter, include_usage: bool,
+        usage_on_last: bool = False,
     ) -> None:
         self._engine = engine
         self._seq = seq
@@ -93,23 +95,23 @@ class TokenStream:
                 if not started and (n > 0 or seq.finished):
                     parts.append(writer.role())
                     started = True
-                if n > sent:
-                    parts.append(writer.tokens(sent, n))
-                    sent = n
                 if seq.dropped:
-                    if parts:
-                        await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+                    if body := b"".join(parts) + writer.tokens(sent, n):
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
                     raise InjectedDrop("stream dropped by injected fault")
                 if seq.finished:
                     assert seq.finish_reason is not None
                     counts = (seq.prompt_tokens, seq.generated)
                     on_last = self._include_usage and self._usage_on_last
-                    parts.append(writer.finish(seq.finish_reason, counts if on_last else None))
+                    parts.append(writer.end(sent, n, seq.finish_reason, counts if on_last else None))
                     if self._include_usage and not on_last:
                         parts.append(writer.usage(*counts))
                     parts.append(writer.done)
                     await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
                     return
+                if n > sent:
+                    parts.append(writer.tokens(sent, n))
+                    sent = n
                 if parts:
                     await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
         except asyncio.CancelledError:

@@ -51,7 +51,7 @@ async def stream(
             if not line.startswith("data: {"):
                 continue
             frame = orjson.loads(line[6:])
-            usage = frame["usage"] or usage
+            usage = frame.get("usage") or usage
             for choice in frame["choices"]:
                 text = choice["delta"].get("content") if path == CHAT else choice["text"]
                 if text:

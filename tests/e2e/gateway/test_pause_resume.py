@@ -112,6 +112,9 @@ async def test_a_paused_stream_is_the_unpaused_one(
         metrics = (await http.get(f"{url}/metrics")).text
     assert stats["pauses_per_request"] == 2.0
     assert 'triage_pauses_total{triage_backend="sim",triage_class="medium"} 2' in metrics
+    # the simulator's vLLM dialect tells token ids: both continuations carried them (exact resume)
+    assert 'triage_resumes_total{triage_backend="sim",triage_resume_from="token_ids"} 2' in metrics
+    assert 'triage_resume_from="text"' not in metrics
     assert "triage_resume_prefill_tokens_total" in metrics
 
 

@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from simulator import vllm_chunks
+from simulator import llamacpp_chunks, vllm_chunks
 from simulator.blocks import BlockHashes
 from simulator.dialects import SERVER, WIRES, Dialect, ServerHeader, model_card, render_metrics, served_name
 from simulator.embeddings import embed
@@ -35,9 +35,11 @@ from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
 from simulator.length_table import LengthTable, load_length_table
 from simulator.lengths import OutputPlan, natural_length, plan_output, prompt_hash
+from simulator.llamacpp_chunks import LlamacppFrameWriter
 from simulator.metrics import Metrics
 from simulator.parsing import parse_request
 from simulator.profiles import Profile
+from simulator.prompts import apply_template, chat_prompt
 from simulator.protocol import ApiError, Endpoint, FinishReason, GenerationRequest
 from simulator.responses import DroppedResponse, TokenStream, wait_finished
 from simulator.sequence import Sequence
@@ -105,6 +107,19 @@ def create_app(settings: SimSettings) -> FastAPI:
     app.add_route("/v1/chat/completions", chat, methods=["POST"])  # type: ignore[arg-type]
     app.add_route("/v1/completions", completions, methods=["POST"])  # type: ignore[arg-type]
 
+    if state.dialect is Dialect.LLAMACPP:
+
+        @app.post("/apply-template")
+        async def template(request: Request) -> Response:
+            """llama.cpp's: a chat request's prompt as the model reads it (``prompts.apply_template``)."""
+            try:
+                body = orjson.loads(await request.body())
+            except orjson.JSONDecodeError:
+                raise ApiError(400, "The request body is not valid JSON.") from None
+            messages = body.get("messages") if isinstance(body, dict) else None
+            rendered = apply_template(chat_prompt(messages, False, state.vocab))
+            return Response(orjson.dumps({"prompt": rendered}), media_type="application/json")
+
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
         body = embed(await request.body(), state.model, state.dialect is Dialect.OLLAMA)
@@ -165,7 +180,7 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         )
     req = parse_request(
         endpoint, await request.body(), state.model, state.max_model_len, state.vocab,
-        implicit_latest=state.dialect is Dialect.OLLAMA,
+        implicit_latest=state.dialect is Dialect.OLLAMA, llamacpp=state.dialect is Dialect.LLAMACPP,
     )
 
     engine = state.engine
@@ -189,17 +204,22 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         engine.submit(seq)
     seq = seqs[0]
 
-    request_id = new_request_id(endpoint)
+    vllm, llamacpp = state.dialect is Dialect.VLLM, state.dialect is Dialect.LLAMACPP
+    request_id = new_request_id(Endpoint.CHAT if llamacpp else endpoint)  # (llama.cpp's ids are all chatcmpl-)
     created = int(time.time())
-    vllm = state.dialect is Dialect.VLLM
     ids = None
     if vllm and req.token_ids:  # the ids told are remembered, so a continuation from them reads as text would
         ids = prompt_ids(req.prompt, len(state.vocab))
         REGISTRY.remember(ids, req.prompt, endpoint)
     if req.stream:
         wire = WIRES[state.dialect]
-        writer: FrameWriter | VllmFrameWriter
-        if vllm:
+        writer: FrameWriter | VllmFrameWriter | LlamacppFrameWriter
+        if llamacpp:
+            writer = LlamacppFrameWriter(
+                endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire, seq,
+                req.n_probs, req.post_sampling_probs, req.timings_per_token,
+            )  # fmt: skip
+        elif vllm:
             writer = VllmFrameWriter(
                 endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire,
                 req.prompt_tokens, req.running_usage, ids,
@@ -221,6 +241,9 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
             for s in seqs if s.finish_reason is not None
         ]  # fmt: skip
         body = vllm_chunks.full_response(endpoint, request_id, created, req.model, answers, seq.prompt_tokens, made, ids)
+    elif llamacpp:
+        choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
+        body = llamacpp_chunks.full_response(endpoint, request_id, created, req.model, choices, seq, seq.prompt_tokens, made)
     else:
         choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
         body = full_response(endpoint, request_id, created, req.model, choices, seq.prompt_tokens, made)

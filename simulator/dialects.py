@@ -8,7 +8,7 @@ a gateway can be tested against each server's habits:
 | vllm | ``data: {...}\\n\\n``, vLLM 0.32's chunk shapes and token ids (``vllm_chunks.py``) | its own, ``choices: []`` | ``vllm:num_requests_running`` ... | uvicorn | as given |
 | sglang | ``data: {...}\\n\\n`` | its own | ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage`` | uvicorn | as given |
 | tgi | ``data:{...}\\n\\n`` (no space: axum) | on the last content chunk | ``tgi_batch_current_size``, ``tgi_queue_size`` | none | as given |
-| llamacpp | ``data: {...}\\n\\n`` | chat: its own; completions: on the finish chunk, asked or not | ``llamacpp:requests_processing``, ``llamacpp:requests_deferred`` | llama.cpp | as given (``--alias``) |
+| llamacpp | ``data: {...}\\n\\n``, llama-server's chunk shapes, ids in ``logprobs``, ``timings``, ``/apply-template`` (``llamacpp_chunks.py``) | chat: its own; completions: on the finish chunk, asked or not | ``llamacpp:requests_processing``, ``llamacpp:requests_deferred`` | llama.cpp | as given (``--alias``) |
 | ollama | ``data: {...}\\n\\n`` | its own | none (404) | none | ``name:latest``, the bare name accepted |
 """
 

@@ -20,11 +20,13 @@ MAX_N = 128  # choices one request may ask for (OpenAI's bound)
 
 def parse_request(
     endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, vocab: Vocabulary,
-    implicit_latest: bool = False,
+    implicit_latest: bool = False, llamacpp: bool = False,
 ) -> GenerationRequest:
     """Validate one request body. Raises ``ApiError`` (400, or 404 for an unknown model).
 
-    ``implicit_latest``: the bare name of a ``name:latest`` model is that model (Ollama)."""
+    ``implicit_latest``: the bare name of a ``name:latest`` model is that model (Ollama).
+    ``llamacpp``: llama.cpp's fields are read (``n_probs``, ``post_sampling_probs``,
+    ``timings_per_token``; a completions prompt of text then token ids)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -47,7 +49,7 @@ def parse_request(
     if endpoint is Endpoint.CHAT:
         prompt = chat_prompt(body.get("messages"), _continue_final_message(body), vocab)
     else:
-        prompt = completion_prompt(body.get("prompt"), vocab)
+        prompt = completion_prompt(body.get("prompt"), vocab, mixed=llamacpp)
     prompt_tokens = prompt.tokens
 
     n = _optional_int(body, "n", minimum=1) or 1
@@ -95,6 +97,9 @@ def parse_request(
         n=n,
         token_ids=_optional_bool(body, "return_token_ids"),
         running_usage=running_usage and stream,
+        n_probs=(_optional_int(body, "n_probs", minimum=0) or 0) if llamacpp else 0,
+        post_sampling_probs=llamacpp and _optional_bool(body, "post_sampling_probs"),
+        timings_per_token=llamacpp and _optional_bool(body, "timings_per_token"),
     )
 
 

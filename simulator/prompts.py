@@ -24,7 +24,7 @@ from typing import Any
 
 from simulator.protocol import ApiError, Prompt, PromptText
 from simulator.textgen import Vocabulary
-from simulator.token_ids import REGISTRY
+from simulator.token_ids import REGISTRY, output_words
 
 
 def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Prompt:
@@ -64,10 +64,14 @@ def chat_prompt(messages: Any, continue_final: bool, vocab: Vocabulary) -> Promp
     )
 
 
-def completion_prompt(prompt: Any, vocab: Vocabulary) -> Prompt:
-    """The prompt of a completions request. Raises ``ApiError`` for an unsupported prompt."""
+def completion_prompt(prompt: Any, vocab: Vocabulary, mixed: bool = False) -> Prompt:
+    """The prompt of a completions request. Raises ``ApiError`` for an unsupported prompt.
+
+    ``mixed``: a text followed by token ids is a prompt too (llama.cpp's)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
+    if mixed and _is_mixed(prompt):
+        return _mixed_prompt(prompt[0], prompt[1:], vocab)
     if isinstance(prompt, str):
         run = vocab.trailing_run(prompt)
         head = prompt[: run.head]
@@ -84,6 +88,36 @@ def completion_prompt(prompt: Any, vocab: Vocabulary) -> Prompt:
     raise ApiError(
         400, "Missing or unsupported 'prompt': send a string or a list of token ids.", param="prompt"
     )
+
+
+def _is_mixed(prompt: Any) -> bool:
+    return (
+        isinstance(prompt, list) and len(prompt) > 1 and isinstance(prompt[0], str)
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt[1:])
+    )  # fmt: skip
+
+
+def _mixed_prompt(text: str, ids: list[int], vocab: Vocabulary) -> Prompt:
+    """llama.cpp's mixed prompt, ``text`` then token ``ids``: a chat prompt rendered by
+    ``/apply-template`` continued by a run of output ids; else the text followed by the
+    words the ids stand for, read as a text prompt (ids that stand for no word: as hex)."""
+    known = REGISTRY.read_mixed(text, ids, len(vocab))
+    if known is not None:
+        return known
+    words = output_words(ids, len(vocab))
+    tail = "".join(vocab.words[w] for w in words) if words is not None else "".join(f"{t:08x}" for t in ids)
+    return completion_prompt(text + tail, vocab)
+
+
+def apply_template(prompt: Prompt) -> str:
+    """A chat prompt as the simulator's ``/apply-template`` renders it (ChatML's marks), the
+    assistant's turn opened; remembered, so a mixed prompt that begins with it reads back as
+    ``prompt``."""
+    turns = prompt.text.rendered.split("\x1e")[1:]
+    out = "".join("<|im_start|>" + turn.replace("\x1f", "\n", 1) + "<|im_end|>\n" for turn in turns)
+    rendered = out + "<|im_start|>assistant\n"
+    REGISTRY.remember_rendered(rendered, prompt)
+    return rendered
 
 
 def content_text(content: Any) -> str:

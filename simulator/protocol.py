@@ -83,6 +83,9 @@ class GenerationRequest:
     n: int = 1  # choices: n sequences of the same plan (non-streamed only)
     token_ids: bool = False  # vLLM's return_token_ids: the prompt's ids and each token's
     running_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
+    n_probs: int = 0  # llama.cpp's: each token's logprobs (its id among them), that many candidates
+    post_sampling_probs: bool = False  # llama.cpp's: probabilities after sampling (prob, top_probs)
+    timings_per_token: bool = False  # llama.cpp's: timings on every chunk
 
     @property
     def prompt_tokens(self) -> int:

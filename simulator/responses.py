@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from simulator.encoding import FrameWriter
 from simulator.engine import Engine
 from simulator.faults import InjectedDrop
+from simulator.llamacpp_chunks import LlamacppFrameWriter
 from simulator.protocol import FinishReason
 from simulator.sequence import Sequence
 from simulator.vllm_chunks import VllmFrameWriter
@@ -68,7 +69,7 @@ class TokenStream:
     """ASGI response that streams a sequence's tokens as SSE frames as the engine makes them."""
 
     def __init__(
-        self, engine: Engine, seq: Sequence, writer: FrameWriter | VllmFrameWriter, include_usage: bool,
+        self, engine: Engine, seq: Sequence, writer: FrameWriter | VllmFrameWriter | LlamacppFrameWriter, include_usage: bool,
         usage_on_last: bool = False,
     ) -> None:
         self._engine = engine

@@ -15,6 +15,11 @@ id must be readable:
   for — its natural length, its first word and its prefix-cache blocks are the same.
   Ids the registry does not hold (told by another process, or forgotten) are a fresh
   prompt keyed on the ids, as any token-id prompt was before.
+
+llama.cpp tells no prompt ids: a paused stream there resumes from a *mixed* prompt, the
+prompt's text followed by the output's ids (a chat prompt's text as ``/apply-template``
+renders it). The registry remembers each rendering it gave, so such a prompt is read back
+as the chat prompt continued; a completions prompt's text is read as text always is.
 """
 
 from __future__ import annotations
@@ -56,8 +61,30 @@ def _key(ids: Sequence[int]) -> bytes:
     return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
 
 
+def _text_key(rendered: str) -> bytes:
+    return hashlib.blake2b(rendered.encode("utf-8", "surrogatepass"), digest_size=16, person=b"rendered").digest()
+
+
+def _run(ids: Sequence[int], words: int) -> tuple[int, int]:
+    """The trailing run of output ids in ``ids``: its length and its first word."""
+    end, run, first = len(ids), 0, 0
+    while end > 0:
+        w = ids[end - 1] - OUTPUT_BASE
+        if not 0 <= w < words or (run and w != (first - 1) % words):
+            break
+        run, first, end = run + 1, w, end - 1
+    return run, first
+
+
+def output_words(ids: Sequence[int], words: int) -> list[int] | None:
+    """The vocabulary words ``ids`` stand for, or None if any is not an output id."""
+    out = [t - OUTPUT_BASE for t in ids]
+    return out if all(0 <= w < words for w in out) else None
+
+
 class PromptRegistry:
-    """The original prompts whose ids were told, by their ids; the oldest forgotten past ``size``."""
+    """The original prompts whose ids were told, by their ids, and the chat prompts rendered
+    for ``/apply-template`` (llama.cpp), by their text; the oldest forgotten past ``size``."""
 
     def __init__(self, size: int = 65536) -> None:
         self.size = size
@@ -77,15 +104,32 @@ class PromptRegistry:
         while len(self._prompts) > self.size:
             self._prompts.popitem(last=False)
 
+    def remember_rendered(self, rendered: str, prompt: Prompt) -> None:
+        """``rendered``: a chat ``prompt`` as the simulator renders it for llama.cpp's
+        ``/apply-template``; a mixed prompt that begins with it stands for that prompt."""
+        key = _text_key(rendered)
+        self._prompts[key] = (prompt.original, prompt.table_key, prompt.text, Endpoint.CHAT)
+        self._prompts.move_to_end(key)
+        while len(self._prompts) > self.size:
+            self._prompts.popitem(last=False)
+
+    def read_mixed(self, text: str, ids: Sequence[int], words: int) -> Prompt | None:
+        """A mixed prompt (llama.cpp's: ``text`` then token ``ids``) whose text is a rendered
+        chat prompt told by ``/apply-template`` and whose ids are a run of output: that chat
+        prompt, continued. None otherwise."""
+        run, first = _run(ids, words)
+        known = self._prompts.get(_text_key(text)) if run == len(ids) else None
+        if known is None:
+            return None
+        self._prompts.move_to_end(_text_key(text))
+        original, table_key, prompt_text, origin = known
+        return Prompt(original, table_key, prompt_text, run, first, None, origin)
+
     def read(self, ids: Sequence[int], words: int) -> Prompt:
         """A token-id prompt: the original prompt its head stands for (when remembered), and
         the run of output ids it ends in."""
-        end, run, first = len(ids), 0, 0
-        while end > 0:
-            w = ids[end - 1] - OUTPUT_BASE
-            if not 0 <= w < words or (run and w != (first - 1) % words):
-                break
-            run, first, end = run + 1, w, end - 1
+        run, first = _run(ids, words)
+        end = len(ids) - run
         head = ids[:end]
         key = _key(head)
         known = self._prompts.get(key) if head else None

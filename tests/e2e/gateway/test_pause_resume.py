@@ -23,9 +23,12 @@ SHORT = {"x-triage-expected-tokens": "5"}
 
 
 @pytest.fixture
-def slow_sim() -> Iterator[str]:
-    """Ten times slower than `fast` (about 10 ms a token): a long stream stays open for seconds."""
-    with running_simulator(SimSettings(profile="fast", model=MODEL, max_num_seqs=8, time_scale=10.0)) as url:
+def slow_sim(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Ten times slower than `fast` (about 10 ms a token): a long stream stays open for seconds.
+    In vLLM's dialect, or the one a test asks for (``indirect``)."""
+    dialect = getattr(request, "param", "vllm")
+    settings = SimSettings(profile="fast", model=MODEL, max_num_seqs=8, time_scale=10.0, dialect=dialect)
+    with running_simulator(settings) as url:
         yield url
 
 
@@ -75,11 +78,16 @@ async def paused_count(redis: Redis, keys: PoolKeys) -> int:
     return int(await redis.hget(keys.stats, "paused") or 0)
 
 
+@pytest.mark.parametrize("slow_sim", ["vllm", "llamacpp"], indirect=True)
 @pytest.mark.parametrize("make_body", [chat, completion], ids=["chat", "completions"])
 async def test_a_paused_stream_is_the_unpaused_one(
     paused_gateway: Callable[..., str], slow_sim: str, redis: Redis, prefix: str, make_body: Callable[..., dict],
 ) -> None:
-    url = paused_gateway()
+    """On the simulator's vLLM dialect (the ids in ``token_ids``) and its llama.cpp dialect (the
+    ids in ``logprobs``, the continuation the rendered prompt followed by the ids)."""
+    async with httpx.AsyncClient() as http:
+        engine = (await http.get(f"{slow_sim}/v1/models")).json()["data"][0]["owned_by"]
+    url = paused_gateway("llamacpp" if engine == "llamacpp" else "vllm")
     keys = PoolKeys(prefix, "default")
     long_body = make_body("write me a long story about queues", 400)
     async with httpx.AsyncClient(timeout=120) as http:
@@ -100,7 +108,10 @@ async def test_a_paused_stream_is_the_unpaused_one(
     if make_body is chat:
         assert sum(1 for e in chunks for c in e["choices"] if (c.get("delta") or {}).get("role")) == 1
     usage = [e["usage"] for e in chunks if e.get("usage")]
-    assert usage == [e["usage"] for e in events(direct) if e.get("usage")]  # one usage, summed over parts
+    assert len(usage) == 1 and usage == [e["usage"] for e in events(direct) if e.get("usage")]  # summed over parts
+    if engine == "llamacpp":  # its timings on the last chunk only: the last part's, counted over every part
+        assert [bool(e.get("timings")) for e in chunks][-2:] == [False, True]
+        assert chunks[-1]["timings"]["predicted_n"] < 400
     assert raw.endswith(b"data: [DONE]\n\n")
     async with httpx.AsyncClient(timeout=30) as http:
 

@@ -1,7 +1,8 @@
 """llama.cpp's own response shapes, for the simulator's ``llamacpp`` dialect.
 
-What llama-server (0.6) writes beyond OpenAI's shapes, as the gateway reads it
-(``gateway/request/token_ids.py``; its tests hold chunks recorded from llama-server):
+What llama-server (0.6) writes beyond OpenAI's shapes (recorded from a running llama-server
+in ``tests/simulator/data/llamacpp-shapes.json``, which ``tests/engines/test_llamacpp.py``
+checks against one):
 
 - fields in llama.cpp's order: a chunk starts with ``choices`` and ends with ``object``
   (completions: then ``id``); a chat choice is ``finish_reason, index, delta``, the role
@@ -110,7 +111,7 @@ class LlamacppFrameWriter:
         text = self._vocab.words[word]
         entry: dict[str, Any] = {"id": word_id(word), "token": text, "bytes": list(text.encode())}
         alternatives = []
-        for k in range(self._probs):  # the next words after the sampled one, never chosen
+        for k in range(self._probs):  # the sampled word, then the words after it (never chosen)
             w = (word + k) % len(self._vocab)
             alt = self._vocab.words[w]
             p = 1.0 if k == 0 else 0.0

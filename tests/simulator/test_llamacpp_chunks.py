@@ -24,6 +24,9 @@ from simulator.textgen import Vocabulary
 from simulator.token_ids import word_id
 from tests.gateway.request.test_token_ids import CMPL, CMPL_LAST, ROLE, WORD_IDS
 from tests.simulator.conftest import MODEL
+from tests.simulator.llamacpp_shapes import CASES as SHAPE_CASES
+from tests.simulator.llamacpp_shapes import recorded as recorded_shapes
+from tests.simulator.shapes import response_shape
 from tests.simulator.test_resume import chat_content_of_length, completion_prompt_of_length
 
 VOCAB = Vocabulary()
@@ -98,6 +101,14 @@ def ids_in(events: list[bytes]) -> list[int]:
 
 def chat_body(tokens: int = 12) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": chat_content_of_length(16)}], "max_tokens": tokens}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_CASES))
+async def test_each_answer_has_the_shape_llamacpp_gave(llama: httpx.AsyncClient, name: str) -> None:
+    path, body = SHAPE_CASES[name]
+    r = await llama.post(path, json={**body, "model": MODEL})
+    assert r.status_code == 200
+    assert response_shape(r.content) == recorded_shapes()[name]
 
 
 async def test_chat_chunks_have_llamacpps_fields_in_its_order(llama: httpx.AsyncClient) -> None:

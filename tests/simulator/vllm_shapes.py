@@ -1,7 +1,6 @@
-"""The shapes of vLLM's responses, to compare the simulator's ``vllm`` dialect with the real
-engine: each chunk's keys in order, each value's type (token id lists as ``"ints"``), runs of
-chunks of one shape as one. ``vllm-0.32-shapes.json`` holds what vLLM 0.32.0 (CPU build)
-answered to ``CASES``; ``tests/engines/test_vllm.py`` asks a running vLLM again."""
+"""The shapes of vLLM's responses (``shapes.py``), to compare the simulator's ``vllm`` dialect
+with the real engine. ``vllm-0.32-shapes.json`` holds what vLLM 0.32.0 (CPU build) answered
+to ``CASES``; ``tests/engines/test_vllm_shapes.py`` asks a running vLLM again."""
 
 from __future__ import annotations
 
@@ -9,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from tests.simulator.shapes import response_shape
+
+__all__ = ["CASES", "recorded", "response_shape"]
 
 FIXTURE = Path(__file__).with_name("data") / "vllm-0.32-shapes.json"
 MESSAGES = [{"role": "user", "content": "Tell me about queues."}]
@@ -34,32 +37,6 @@ def _cases() -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 CASES = _cases()  # name -> (path, body less "model"): finished by length, every one
-
-
-def shape(value: Any) -> str:
-    """``{"id":"x","n":[1,2],"u":null}`` -> ``{id:str,n:ints,u:null}``."""
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{shape(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        if value and all(isinstance(v, int) for v in value):
-            return "ints"
-        return "[" + ",".join(shape(v) for v in value) + "]"
-    return "null" if value is None else type(value).__name__
-
-
-def response_shape(body: bytes) -> list[str]:
-    """A whole answer's shape, or a stream's: its chunks' (one per run of a shape), then DONE."""
-    if not body.startswith(b"data:"):
-        return [shape(orjson.loads(body))]
-    out: list[str] = []
-    for line in body.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        s = "DONE" if payload == b"[DONE]" else shape(orjson.loads(payload))
-        if not out or out[-1] != s:
-            out.append(s)
-    return out
 
 
 def recorded() -> dict[str, list[str]]:

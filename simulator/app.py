@@ -30,7 +30,7 @@ from simulator import llamacpp_chunks, vllm_chunks
 from simulator.blocks import BlockHashes
 from simulator.dialects import SERVER, WIRES, Dialect, ServerHeader, model_card, render_metrics, served_name
 from simulator.embeddings import embed
-from simulator.encoding import FrameWriter, full_response, new_request_id
+from simulator.encoding import FrameWriter, StreamFrames, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
 from simulator.length_table import LengthTable, load_length_table
@@ -213,7 +213,7 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         REGISTRY.remember(ids, req.prompt, endpoint)
     if req.stream:
         wire = WIRES[state.dialect]
-        writer: FrameWriter | VllmFrameWriter | LlamacppFrameWriter
+        writer: StreamFrames
         if llamacpp:
             writer = LlamacppFrameWriter(
                 endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire, seq,

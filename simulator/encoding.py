@@ -22,6 +22,7 @@ the dialect's (``simulator/dialects.py``).
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 import orjson
 
@@ -77,6 +78,29 @@ def full_response(
             "usage": usage(prompt_tokens, completion_tokens),
         }
     )
+
+
+class StreamFrames(Protocol):
+    """What writes one streamed response's frames: this module's ``FrameWriter``, or a
+    dialect's own (``vllm_chunks.VllmFrameWriter``, ``llamacpp_chunks.LlamacppFrameWriter``)."""
+
+    done: bytes  # the last frame: data: [DONE]
+
+    def role(self) -> bytes:
+        """The first chat frame (the assistant's role); completions have none."""
+        ...
+
+    def tokens(self, first: int, end: int) -> bytes:
+        """Content frames for output tokens ``first`` .. ``end - 1``."""
+        ...
+
+    def end(self, first: int, end: int, reason: FinishReason, usage_of: tuple[int, int] | None = None) -> bytes:
+        """The last content frames and the finish; ``usage_of`` (prompt, completion tokens): the usage rides on it."""
+        ...
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        """The usage frame of its own (``choices: []``)."""
+        ...
 
 
 class FrameWriter:

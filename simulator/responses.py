@@ -15,13 +15,11 @@ import asyncio
 
 from starlette.types import Receive, Scope, Send
 
-from simulator.encoding import FrameWriter
+from simulator.encoding import StreamFrames
 from simulator.engine import Engine
 from simulator.faults import InjectedDrop
-from simulator.llamacpp_chunks import LlamacppFrameWriter
 from simulator.protocol import FinishReason
 from simulator.sequence import Sequence
-from simulator.vllm_chunks import VllmFrameWriter
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -69,8 +67,7 @@ class TokenStream:
     """ASGI response that streams a sequence's tokens as SSE frames as the engine makes them."""
 
     def __init__(
-        self, engine: Engine, seq: Sequence, writer: FrameWriter | VllmFrameWriter | LlamacppFrameWriter, include_usage: bool,
-        usage_on_last: bool = False,
+        self, engine: Engine, seq: Sequence, writer: StreamFrames, include_usage: bool, usage_on_last: bool = False,
     ) -> None:
         self._engine = engine
         self._seq = seq

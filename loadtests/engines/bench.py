@@ -64,6 +64,8 @@ METRICS = (
     ("concurrency limit, median", "limit", "limit"),
     ("pauses per request", "pauses", "pauses_per_request"),
     ("re-read prefill share", "pauses", "resume_prefill_share"),
+    ("resumes from token ids", "pauses", "resumes_from_token_ids"),
+    ("resumes from text", "pauses", "resumes_from_text"),
     ("engine: prompt tokens computed", "engine", "prompt_computed"),
     ("engine: prefix-cache hit share", "engine", "hit_share"),
     ("engine: generated / delivered tokens", "engine", "generated_vs_delivered"),

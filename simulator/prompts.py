@@ -11,6 +11,9 @@ has the rule) and the output length stays keyed on the original prompt:
 - completions: the prompt's trailing run is the output already generated; the text
   before it is the original prompt. A token-id prompt likewise ends in a run of output
   ids, and its head is the prompt whose ids the simulator told (``simulator/token_ids.py``).
+- llama.cpp's mixed prompt (its dialect only): a text followed by output ids, the text a
+  chat prompt as ``apply_template`` rendered it (that prompt, continued) or a completions
+  prompt (read with the words the ids stand for after it).
 
 Prompt tokens are the original prompt's estimate (``ceil(characters / 4)`` over the
 message contents, or the prompt) plus one per word of the run, so a continuation counts
@@ -105,7 +108,7 @@ def _mixed_prompt(text: str, ids: list[int], vocab: Vocabulary) -> Prompt:
     if known is not None:
         return known
     words = output_words(ids, len(vocab))
-    tail = "".join(vocab.words[w] for w in words) if words is not None else "".join(f"{t:08x}" for t in ids)
+    tail = "".join(vocab.words[w] for w in words) if words is not None else "".join(f"{t & 0xFFFFFFFF:08x}" for t in ids)
     return completion_prompt(text + tail, vocab)
 
 

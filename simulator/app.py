@@ -30,7 +30,7 @@ from simulator import llamacpp_chunks, vllm_chunks
 from simulator.blocks import BlockHashes
 from simulator.dialects import SERVER, WIRES, Dialect, ServerHeader, model_card, render_metrics, served_name
 from simulator.embeddings import embed
-from simulator.encoding import FrameWriter, StreamFrames, full_response, new_request_id
+from simulator.encoding import FrameWriter, StreamFrames, StreamSpec, full_response, new_request_id
 from simulator.engine import Engine
 from simulator.faults import FaultInjector, FaultSettings
 from simulator.length_table import LengthTable, load_length_table
@@ -213,19 +213,14 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
         REGISTRY.remember(ids, req.prompt, endpoint)
     if req.stream:
         wire = WIRES[state.dialect]
+        spec = StreamSpec(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
         writer: StreamFrames
         if llamacpp:
-            writer = LlamacppFrameWriter(
-                endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire, seq,
-                req.n_probs, req.post_sampling_probs, req.timings_per_token,
-            )  # fmt: skip
+            writer = LlamacppFrameWriter(spec, seq, req.n_probs, req.post_sampling_probs, req.timings_per_token)
         elif vllm:
-            writer = VllmFrameWriter(
-                endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire,
-                req.prompt_tokens, req.running_usage, ids,
-            )  # fmt: skip
+            writer = VllmFrameWriter(spec, req.prompt_tokens, req.running_usage, ids)
         else:
-            writer = FrameWriter(endpoint, request_id, created, req.model, req.include_usage, state.vocab, start, wire)
+            writer = FrameWriter(spec)
         return TokenStream(engine, seq, writer, *wire.usage(endpoint is Endpoint.CHAT, req.include_usage))
 
     await wait_finished(request.receive, engine, *seqs)

@@ -22,6 +22,7 @@ the dialect's (``simulator/dialects.py``).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import orjson
@@ -80,6 +81,20 @@ def full_response(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """What every dialect's frames of one streamed response are made from."""
+
+    endpoint: Endpoint
+    request_id: str
+    created: int
+    model: str
+    include_usage: bool  # stream_options.include_usage
+    vocab: Vocabulary
+    start: int  # the reply's first word on the vocabulary's cycle
+    wire: Wire = field(default_factory=Wire)  # the dialect's bytes around each event
+
+
 class StreamFrames(Protocol):
     """What writes one streamed response's frames: this module's ``FrameWriter``, or a
     dialect's own (``vllm_chunks.VllmFrameWriter``, ``llamacpp_chunks.LlamacppFrameWriter``)."""
@@ -108,32 +123,22 @@ class FrameWriter:
 
     __slots__ = ("_head", "_prefix", "_suffix", "_tail", "_chat", "_vocab", "_start", "_end", "done")
 
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        request_id: str,
-        created: int,
-        model: str,
-        include_usage: bool,
-        vocab: Vocabulary,
-        start: int,
-        wire: Wire | None = None,
-    ) -> None:
-        wire = wire or Wire()
-        self._chat = endpoint is Endpoint.CHAT
+    def __init__(self, spec: StreamSpec) -> None:
+        wire, include_usage, vocab, start = spec.wire, spec.include_usage, spec.vocab, spec.start
+        self._chat = spec.endpoint is Endpoint.CHAT
         obj = b"chat.completion.chunk" if self._chat else b"text_completion"
         self._head = wire.data + b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
-            request_id.encode(),
+            spec.request_id.encode(),
             obj,
-            created,
-            orjson.dumps(model),
+            spec.created,
+            orjson.dumps(spec.model),
         )
         self._end = wire.end
         self.done = wire.done
         self._tail = b',"usage":null}' + wire.end if include_usage else b"}" + wire.end
-        field = b'[{"index":0,"delta":{"content":' if self._chat else b'[{"index":0,"text":'
+        opening = b'[{"index":0,"delta":{"content":' if self._chat else b'[{"index":0,"text":'
         close = b"}" if self._chat else b""
-        self._prefix = self._head + field
+        self._prefix = self._head + opening
         self._suffix = close + b',"logprobs":null,"finish_reason":null}]' + self._tail
         self._vocab = vocab
         self._start = start

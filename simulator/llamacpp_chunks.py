@@ -27,10 +27,9 @@ from typing import Any
 
 import orjson
 
-from simulator.dialects import Wire
+from simulator.encoding import StreamSpec
 from simulator.protocol import Endpoint, FinishReason
 from simulator.sequence import Sequence
-from simulator.textgen import Vocabulary
 from simulator.token_ids import word_id
 
 FINGERPRINT = b'"b0-triage-simulator"'
@@ -66,26 +65,15 @@ class LlamacppFrameWriter:
                  "_per_token", "_include_usage")
 
     def __init__(
-        self,
-        endpoint: Endpoint,
-        request_id: str,
-        created: int,
-        model: str,
-        include_usage: bool,
-        vocab: Vocabulary,
-        start: int,
-        wire: Wire,
-        seq: Sequence,
-        n_probs: int = 0,
-        post_sampling_probs: bool = False,
+        self, spec: StreamSpec, seq: Sequence, n_probs: int = 0, post_sampling_probs: bool = False,
         timings_per_token: bool = False,
     ) -> None:
-        self._chat = endpoint is Endpoint.CHAT
-        self._vocab = vocab
-        self._start = start
+        self._chat = spec.endpoint is Endpoint.CHAT
+        self._vocab = spec.vocab
+        self._start = spec.start
         self._seq = seq
-        self._data, self._end, self.done = wire.data, wire.end, wire.done
-        rid, name = orjson.dumps(request_id), orjson.dumps(model)
+        self._data, self._end, self.done = spec.wire.data, spec.wire.end, spec.wire.done
+        rid, name, created = orjson.dumps(spec.request_id), orjson.dumps(spec.model), spec.created
         if self._chat:  # the id among the fields; completions: after the usage
             self._fields = b',"created":%d,"id":%s,"model":%s,"system_fingerprint":%s,"object":"chat.completion.chunk"' % (
                 created, rid, name, FINGERPRINT)  # fmt: skip
@@ -97,7 +85,7 @@ class LlamacppFrameWriter:
         self._probs = n_probs
         self._post = post_sampling_probs
         self._per_token = timings_per_token
-        self._include_usage = include_usage
+        self._include_usage = spec.include_usage
 
     def _chunk(self, choices: bytes, usage: bytes = b"", timings: bytes = b"") -> bytes:
         """One event: ``choices``, then the chunk's fields, the usage and the timings in llama.cpp's places."""

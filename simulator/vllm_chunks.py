@@ -27,10 +27,8 @@ from typing import Any
 
 import orjson
 
-from simulator.dialects import Wire
-from simulator.encoding import usage
+from simulator.encoding import StreamSpec, usage
 from simulator.protocol import Endpoint, FinishReason
-from simulator.textgen import Vocabulary
 from simulator.token_ids import word_id
 
 FINGERPRINT = b'"vllm-0.32.0-triage-simulator"'
@@ -48,31 +46,20 @@ class VllmFrameWriter:
                  "_prompt_ids", "_include_usage", "_token", "_details")
 
     def __init__(
-        self,
-        endpoint: Endpoint,
-        request_id: str,
-        created: int,
-        model: str,
-        include_usage: bool,
-        vocab: Vocabulary,
-        start: int,
-        wire: Wire,
-        prompt_tokens: int,
-        running_usage: bool = False,
-        prompt_ids: list[int] | None = None,
+        self, spec: StreamSpec, prompt_tokens: int, running_usage: bool = False, prompt_ids: list[int] | None = None,
     ) -> None:
-        self._chat = endpoint is Endpoint.CHAT
+        self._chat = spec.endpoint is Endpoint.CHAT
         obj = b"chat.completion.chunk" if self._chat else b"text_completion"
-        self._head = wire.data + b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
-            request_id.encode(), obj, created, orjson.dumps(model),
+        self._head = spec.wire.data + b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
+            spec.request_id.encode(), obj, spec.created, orjson.dumps(spec.model),
         )  # fmt: skip
-        self._end = wire.end
-        self.done = wire.done
-        self._vocab = vocab
-        self._start = start
+        self._end = spec.wire.end
+        self.done = spec.wire.done
+        self._vocab = spec.vocab
+        self._start = spec.start
         self._prompt = prompt_tokens
         self._running = running_usage
-        self._include_usage = include_usage
+        self._include_usage = spec.include_usage
         self._ids = prompt_ids is not None  # each token's id told
         self._prompt_ids = orjson.dumps(prompt_ids) if prompt_ids is not None else b"null"
         self._details = b',"completion_tokens_details":null}' if self._chat else b"}"

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from simulator.dialects import Wire
-from simulator.encoding import DONE_FRAME, FrameWriter, full_response, new_request_id, usage
+from simulator.encoding import DONE_FRAME, FrameWriter, StreamSpec, full_response, new_request_id, usage
 from simulator.protocol import Endpoint, FinishReason
 from simulator.textgen import Vocabulary
 
@@ -54,7 +54,7 @@ def test_a_whole_answer_with_several_choices(endpoint: Endpoint, obj: str) -> No
 
 
 def test_a_chat_stream_role_tokens_finish_usage_done() -> None:
-    w = FrameWriter(Endpoint.CHAT, "id-2", 7, "m", include_usage=True, vocab=VOCAB, start=3)
+    w = FrameWriter(StreamSpec(Endpoint.CHAT, "id-2", 7, "m", include_usage=True, vocab=VOCAB, start=3))
     frames = w.role() + w.tokens(0, 4) + w.finish(FinishReason.STOP) + w.usage(9, 4) + w.done
     assert frames.endswith(DONE_FRAME)
     chunks = events(frames)
@@ -68,7 +68,7 @@ def test_a_chat_stream_role_tokens_finish_usage_done() -> None:
 
 
 def test_a_completions_stream_has_no_role_frame_and_text_fields() -> None:
-    w = FrameWriter(Endpoint.COMPLETIONS, "id-3", 7, "m", include_usage=False, vocab=VOCAB, start=0)
+    w = FrameWriter(StreamSpec(Endpoint.COMPLETIONS, "id-3", 7, "m", include_usage=False, vocab=VOCAB, start=0))
     assert w.role() == b""
     chunks = events(w.tokens(2, 4) + w.finish(FinishReason.LENGTH))
     assert len(chunks) == 3  # tokens 2 and 3, then the finish
@@ -78,7 +78,7 @@ def test_a_completions_stream_has_no_role_frame_and_text_fields() -> None:
 
 @pytest.mark.parametrize("wire", [Wire(data=b"data:", usage_on_last_chunk=True), Wire(end=b"\r\n\r\n")])
 def test_each_dialect_frames_events_its_own_way_and_tgi_puts_usage_on_the_finish(wire: Wire) -> None:
-    w = FrameWriter(Endpoint.CHAT, "id-4", 7, "m", include_usage=True, vocab=VOCAB, start=0, wire=wire)
+    w = FrameWriter(StreamSpec(Endpoint.CHAT, "id-4", 7, "m", include_usage=True, vocab=VOCAB, start=0, wire=wire))
     frames = w.role() + w.tokens(0, 2) + w.finish(FinishReason.STOP, usage_of=(5, 2)) + w.done
     assert frames.endswith(wire.data + b"[DONE]" + wire.end)
     chunks = events(frames, wire)

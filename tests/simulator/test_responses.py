@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from simulator.encoding import DONE_FRAME, FrameWriter
+from simulator.encoding import DONE_FRAME, FrameWriter, StreamSpec
 from simulator.engine import Engine
 from simulator.faults import InjectedDrop
 from simulator.metrics import Metrics
@@ -54,7 +54,7 @@ async def engine() -> AsyncIterator[Engine]:
 
 
 def writer(include_usage: bool) -> FrameWriter:
-    return FrameWriter(Endpoint.CHAT, "id", 1, "m", include_usage, VOCAB, 0)
+    return FrameWriter(StreamSpec(Endpoint.CHAT, "id", 1, "m", include_usage, VOCAB, 0))
 
 
 @pytest.mark.parametrize(("include_usage", "on_last"), [(False, False), (True, False), (True, True)])

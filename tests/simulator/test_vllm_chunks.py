@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from simulator.dialects import WIRES, Dialect
+from simulator.encoding import StreamSpec
 from simulator.protocol import Endpoint, FinishReason
 from simulator.textgen import Vocabulary
 from simulator.vllm_chunks import VllmFrameWriter
@@ -24,7 +25,8 @@ async def test_each_answer_has_the_shape_vllm_gave(http: httpx.AsyncClient, name
 
 
 def test_a_finish_with_no_token_of_its_own_is_an_empty_chunk_with_the_finish() -> None:
-    w = VllmFrameWriter(Endpoint.CHAT, "c", 1, "m", False, Vocabulary(), 0, WIRES[Dialect.VLLM], 5, True, [1, 2])
+    spec = StreamSpec(Endpoint.CHAT, "c", 1, "m", False, Vocabulary(), 0, WIRES[Dialect.VLLM])
+    w = VllmFrameWriter(spec, 5, True, [1, 2])
     frame = w.end(3, 3, FinishReason.STOP)
     assert b'"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":[]}]' in frame
     assert b'"completion_tokens":3' in frame and frame.count(b"data: ") == 1

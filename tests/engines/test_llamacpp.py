@@ -37,7 +37,7 @@ from tests.engines.calls import (
 from tests.engines.conftest import PAUSING, gateways_in_front
 from tests.simulator.llamacpp_shapes import CASES as SHAPE_CASES
 from tests.simulator.llamacpp_shapes import recorded as recorded_shapes
-from tests.simulator.shapes import response_shape
+from tests.simulator.shapes import answered_shapes
 from tests.support import eventually, progress_past, running_app
 
 SLOTS = 4
@@ -78,13 +78,7 @@ async def test_llamacpp_answers_in_the_shapes_the_simulator_copies(llama: LlamaS
     """The simulator's ``llamacpp`` dialect is checked against what llama-server answered
     (``tests/simulator/data/llamacpp-shapes.json``); here that record is checked against the
     server itself (``tests/simulator/llamacpp_shapes.py``)."""
-    got = {}
-    async with httpx.AsyncClient(base_url=llama.url, timeout=120) as http:
-        for name, (path, body) in SHAPE_CASES.items():
-            r = await http.post(path, json={**body, "model": llama.model})
-            assert r.status_code == 200, r.text
-            got[name] = response_shape(r.content)
-    assert got == recorded_shapes()
+    assert await answered_shapes(llama.url, llama.model, SHAPE_CASES) == recorded_shapes()
 
 
 @pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import orjson
 
 
@@ -33,3 +34,14 @@ def response_shape(body: bytes) -> list[str]:
         if not out or out[-1] != s:
             out.append(s)
     return out
+
+
+async def answered_shapes(url: str, model: str, cases: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, list[str]]:
+    """What a server at ``url`` answers to each of ``cases`` (name -> path, body less the model), as shapes."""
+    got = {}
+    async with httpx.AsyncClient(base_url=url, timeout=120, trust_env=False) as http:
+        for name, (path, body) in cases.items():
+            r = await http.post(path, json={**body, "model": model})
+            assert r.status_code == 200, r.text
+            got[name] = response_shape(r.content)
+    return got

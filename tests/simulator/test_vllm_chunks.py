@@ -13,7 +13,8 @@ from simulator.protocol import Endpoint, FinishReason
 from simulator.textgen import Vocabulary
 from simulator.vllm_chunks import VllmFrameWriter
 from tests.simulator.conftest import MODEL
-from tests.simulator.vllm_shapes import CASES, recorded, response_shape
+from tests.simulator.shapes import response_shape
+from tests.simulator.vllm_shapes import CASES, recorded
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

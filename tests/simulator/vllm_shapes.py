@@ -9,10 +9,6 @@ from typing import Any
 
 import orjson
 
-from tests.simulator.shapes import response_shape
-
-__all__ = ["CASES", "recorded", "response_shape"]
-
 FIXTURE = Path(__file__).with_name("data") / "vllm-0.32-shapes.json"
 MESSAGES = [{"role": "user", "content": "Tell me about queues."}]
 PROMPT = "Tell me about queues."

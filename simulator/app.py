@@ -45,7 +45,7 @@ from simulator.responses import DroppedResponse, TokenStream, wait_finished
 from simulator.sequence import Sequence
 from simulator.settings import SimSettings
 from simulator.textgen import Vocabulary
-from simulator.token_ids import REGISTRY, prompt_ids, word_id
+from simulator.token_ids import REGISTRY, output_ids, prompt_ids
 from simulator.vllm_chunks import VllmFrameWriter
 
 
@@ -229,18 +229,15 @@ async def _generate(state: SimState, request: Request, endpoint: Endpoint) -> ob
     if any(s.finish_reason is FinishReason.ABORT for s in seqs):
         return Response(status_code=499)  # the client is gone; nothing will be delivered
     made = sum(s.generated for s in seqs)
+    ended = [s for s in seqs if s.finish_reason is not None]
+    choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in ended]
     if vllm:
-        words = len(state.vocab)
-        answers = [
-            (state.vocab.text(start, s.generated), s.finish_reason, [word_id((start + i) % words) for i in range(s.generated)])
-            for s in seqs if s.finish_reason is not None
-        ]  # fmt: skip
+        told = [output_ids(start, s.generated, len(state.vocab)) for s in ended]
+        answers = [(text, reason, i) for (text, reason), i in zip(choices, told, strict=True)]
         body = vllm_chunks.full_response(endpoint, request_id, created, req.model, answers, seq.prompt_tokens, made, ids)
     elif llamacpp:
-        choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
         body = llamacpp_chunks.full_response(endpoint, request_id, created, req.model, choices, seq, seq.prompt_tokens, made)
     else:
-        choices = [(state.vocab.text(start, s.generated), s.finish_reason) for s in seqs if s.finish_reason is not None]
         body = full_response(endpoint, request_id, created, req.model, choices, seq.prompt_tokens, made)
     return Response(body, media_type="application/json")
 

@@ -40,6 +40,11 @@ def word_id(word: int) -> int:
     return OUTPUT_BASE + word
 
 
+def output_ids(first: int, count: int, words: int) -> list[int]:
+    """The ids of ``count`` output words from word ``first`` on the cycle of ``words``."""
+    return [OUTPUT_BASE + (first + i) % words for i in range(count)]
+
+
 def prompt_ids(prompt: Prompt, words: int) -> list[int]:
     """The ids of ``prompt``: its original prompt's, then its run's (``words``: the vocabulary's
     size); a token-id prompt's are its own."""
@@ -53,8 +58,7 @@ def prompt_ids(prompt: Prompt, words: int) -> list[int]:
     for _ in range(prompt.tokens - prompt.run):
         x = (x * 6364136223846793005 + 1442695040888963407) & _MASK  # an LCG: cheap and the same everywhere
         ids.append(FIRST_PROMPT_ID + (x >> 33) % span)
-    ids += [word_id((prompt.run_start + i) % words) for i in range(prompt.run)]
-    return ids
+    return ids + output_ids(prompt.run_start, prompt.run, words)
 
 
 def _key(ids: Sequence[int]) -> bytes:
@@ -98,17 +102,15 @@ class PromptRegistry:
         part is remembered (a token-id prompt's needs no remembering: its ids are its key)."""
         if prompt.ids is not None:
             return
-        key = _key(ids[: len(ids) - prompt.run])
-        self._prompts[key] = (prompt.original, prompt.table_key, prompt.text, prompt.origin or endpoint)
-        self._prompts.move_to_end(key)
-        while len(self._prompts) > self.size:
-            self._prompts.popitem(last=False)
+        self._store(_key(ids[: len(ids) - prompt.run]), prompt, prompt.origin or endpoint)
 
     def remember_rendered(self, rendered: str, prompt: Prompt) -> None:
         """``rendered``: a chat ``prompt`` as the simulator renders it for llama.cpp's
         ``/apply-template``; a mixed prompt that begins with it stands for that prompt."""
-        key = _text_key(rendered)
-        self._prompts[key] = (prompt.original, prompt.table_key, prompt.text, Endpoint.CHAT)
+        self._store(_text_key(rendered), prompt, Endpoint.CHAT)
+
+    def _store(self, key: bytes, prompt: Prompt, origin: Endpoint) -> None:
+        self._prompts[key] = (prompt.original, prompt.table_key, prompt.text, origin)
         self._prompts.move_to_end(key)
         while len(self._prompts) > self.size:
             self._prompts.popitem(last=False)
@@ -118,10 +120,11 @@ class PromptRegistry:
         chat prompt told by ``/apply-template`` and whose ids are a run of output: that chat
         prompt, continued. None otherwise."""
         run, first = _run(ids, words)
-        known = self._prompts.get(_text_key(text)) if run == len(ids) else None
+        key = _text_key(text)
+        known = self._prompts.get(key) if run == len(ids) else None
         if known is None:
             return None
-        self._prompts.move_to_end(_text_key(text))
+        self._prompts.move_to_end(key)
         original, table_key, prompt_text, origin = known
         return Prompt(original, table_key, prompt_text, run, first, None, origin)
 

@@ -4,7 +4,13 @@
             ─► tickets still queued here handed back (withdrawn; their clients get 503)
             ─► running requests finish, for at most ``drain_timeout_s``; those left
                are ended with an explicit error (their leases released)
-            ─► uvicorn stops listening; leases still held are released; exit
+            ─► it stops listening; a connection it had accepted but that sent no request
+               yet is still answered (503 ``draining``), for at most ``ACCEPTED_GRACE_S``
+            ─► uvicorn's shutdown; leases still held are released; exit
+
+The last-but-one step matters with ``--workers``: a worker with nothing running finishes
+its drain at once while a sibling still streams on the same socket, and a connection the
+kernel handed it just then would otherwise be closed without an answer.
 
 The server keeps listening all the while: a readiness probe or a load balancer sees a
 503, not a refused connection, and takes the replica out of rotation. A second signal
@@ -44,6 +50,8 @@ INFERENCE_PREFIX = "/v1/"  # the work a drain waits for and refuses; probes and 
 HAND_BACK_MESSAGE = "This gateway replica is shutting down and handed the queued request back; retry it."
 CUT_MESSAGE = "This gateway replica shut down before the response was complete (drain_timeout_s)."
 CUT_GRACE_S = 5.0  # for requests ended at the drain's timeout to clean up
+ACCEPTED_GRACE_S = 5.0  # for a connection accepted before the listener closed to send its request
+ACCEPTED_POLL_S = 0.05
 
 
 class _Running:
@@ -247,9 +255,28 @@ def draining_server(
 
         async def _drain_then_exit(self, sig: int) -> None:
             await cast(Drain, find()).run()
+            await self._answer_the_accepted()
             # what is left after the drain: idle keep-alive connections, or cut streams
             self.config.timeout_graceful_shutdown = 5
             super().handle_exit(sig, None)
+
+        async def _answer_the_accepted(self) -> None:
+            """Stop accepting; then give each connection that sent no request yet the time to
+            send it (it is answered 503 ``draining``), instead of closing it unanswered."""
+            for server in getattr(self, "servers", []):
+                server.close()  # uvicorn closes them again at shutdown: harmless
+
+            def silent() -> int:
+                return sum(1 for c in self.server_state.connections if getattr(c, "cycle", True) is None)
+
+            if not silent():
+                return
+            log.info("draining: stopped listening; waiting for %d accepted connection(s) to send their request",
+                     silent())
+            for _ in range(int(ACCEPTED_GRACE_S / ACCEPTED_POLL_S)):  # uvicorn tells no event for a request's head
+                await asyncio.sleep(ACCEPTED_POLL_S)
+                if not silent():
+                    break
 
     return DrainingServer(config)
 

@@ -255,6 +255,42 @@ async def test_an_idle_replica_exits_at_once(replica: Start) -> None:
     assert await idle.exited() == 0
 
 
+def _accept_queue(port: int) -> int:
+    """Connections the kernel completed on ``port``'s listening socket that its server has
+    not accepted yet (a listening socket's rx_queue in /proc/net/tcp)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+async def test_a_connection_accepted_before_the_drain_ended_is_answered(replica: Start) -> None:
+    """An idle replica finishes its drain at once (with ``--workers``, while a sibling on the same
+    socket still streams). A connection it had already accepted, whose request comes only now,
+    gets the 503 ``draining`` — not a socket closed without an answer."""
+    gw = await replica()
+    port = int(gw.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        await eventually(lambda: _accept_queue(port) == 0, within_s=30)  # the server holds it now
+        os.kill(gw.proc.pid, signal.SIGTERM)
+        await eventually(lambda: "waiting for 1 accepted connection(s)" in gw.log.read_text(), within_s=30)
+        body = orjson.dumps(chat(stream=False))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n" % len(body) + body)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
+        answer = orjson.loads(await asyncio.wait_for(reader.readexactly(length), 30))
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 503"), head
+    assert answer["error"]["code"] == "draining", answer
+    assert await gw.exited() == 0
+    assert "Traceback" not in gw.log.read_text()
+
+
 def _fresh(url: str) -> httpx.AsyncClient:
     """A client whose every request opens a new connection: the kernel hands each to either worker."""
     return httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_keepalive_connections=0))

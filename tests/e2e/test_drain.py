@@ -275,7 +275,10 @@ async def test_a_connection_accepted_before_the_drain_ended_is_answered(replica:
     try:
         await eventually(lambda: _accept_queue(port) == 0, within_s=30)  # the server holds it now
         os.kill(gw.proc.pid, signal.SIGTERM)
-        await eventually(lambda: "waiting for 1 accepted connection(s)" in gw.log.read_text(), within_s=30)
+        try:
+            await eventually(lambda: "waiting for 1 accepted connection(s)" in gw.log.read_text(), within_s=30)
+        except AssertionError:
+            raise AssertionError(f"the replica never waited for the accepted connection:\n{gw.log.read_text()}") from None
         body = orjson.dumps(chat(stream=False))
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
                      b"content-length: %d\r\n\r\n" % len(body) + body)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable
 
@@ -13,6 +12,7 @@ from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
+from tests.e2e.gateway.diagnose import all_answered
 from tests.support import MODEL, eventually
 
 
@@ -33,7 +33,8 @@ async def test_old_and_new_replicas_share_a_pool_without_errors(
                 resp = await http.post(f"{old if i % 2 else new}/v1/completions", json=body)
                 return resp.status_code
 
-            statuses = Counter(await asyncio.gather(*(one(i) for i in range(40))))
+            statuses = Counter(await all_answered((one(i) for i in range(40)), redis=redis, keys=PoolKeys(prefix, "default"),
+                                                  gateways=(old, new), backends=(s1, s2)))
             served = [(await http.get(f"{s}/sim/stats")).json() for s in (s1, s2)]
     assert statuses == {200: 40}, statuses
     assert served[1]["peak_running"] >= 1  # the new replica used s2 (so the old one could have been sent there)

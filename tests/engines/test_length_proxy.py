@@ -99,14 +99,19 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
 ) -> None:
     """The benchmark's own path: gateway → sidecar → vLLM, no ``max_tokens`` from the client.
     A long stream paused for a short request must stop generating inside vLLM when the
-    gateway closes it: vLLM's own ``generation_tokens_total`` grows by what the clients were
-    delivered, give or take the few tokens in flight at the pause."""
+    gateway closes it. The sidecar asks vLLM for each part's true rest (``max_tokens``), so a
+    part that runs to its end counts in vLLM's ``request_success_total`` and an aborted one
+    does not: two successes (the short request, the resumed part) is the paused part aborted,
+    three is it run on to its end. What the abort wasted (the tokens in flight between the
+    pause and vLLM's abort: about 100 on a quiet machine, more on a busy one) is shown, not
+    bounded: how soon an abort lands is speed, not behaviour."""
     lengths = {"a long story": 3000, "quick": 5}
     with running_app(LengthProxy(vllm.url, dict(lengths))) as sidecar:
         url = engine_gateway(ONE_SLOT | {"url": sidecar}, **PAUSING)
         keys = PoolKeys(prefix, "default")
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         before = await engine_metric(vllm, "vllm:generation_tokens_total")
+        finished = await engine_metric(vllm, "vllm:request_success_total")
         body = {"model": vllm.model, "stream": True, "stream_options": {"include_usage": True}}
         async with httpx.AsyncClient(timeout=600) as http:
             victim = asyncio.create_task(stream(http, url, {**body, "messages": [
@@ -118,10 +123,9 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
             resumed = await resumes(http, url)
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         generated = await engine_metric(vllm, "vllm:generation_tokens_total") - before
+        succeeded = await engine_metric(vllm, "vllm:request_success_total") - finished
     assert b": paused" in raw and resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
     delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
     assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed
-    # what was in flight at the pause (made between the pause and vLLM's abort, then dropped:
-    # about 100 tokens of this engine's decode here) is the only waste; a paused part that
-    # ran on inside vLLM would add its whole rest, some 2,900 tokens
-    assert delivered <= generated <= delivered + 300, (generated, delivered)
+    assert succeeded == 2, (succeeded, generated, delivered)  # the paused part was aborted inside vLLM
+    assert delivered <= generated, (generated, delivered)

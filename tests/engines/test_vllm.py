@@ -133,13 +133,15 @@ async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
     the iteration stops), the gateway closes its stream to vLLM, and vLLM aborts the request.
     vLLM 0.32 counts a frontend abort in no counter (``request_success_total`` has an
     ``abort`` label only for aborts inside the engine), so its metrics show it this way: the
-    request leaves the engine, no request finished, and far fewer than the tokens asked were
+    request leaves the engine, no request finished, and fewer than the tokens asked were
     generated.
 
     The abort can be quicker than any poll of ``/metrics``, so the test waits on no state of
     the request in between: vLLM sets ``num_requests_running`` in the same pass that hands a
     token to the stream, before the client can have read it, so an idle engine after the first
-    token is the request gone."""
+    token is the request gone. How many tokens it made before the abort landed is speed (a
+    busy machine notices the client's leaving later), not behaviour: it is not bounded here
+    beyond "fewer than asked"."""
     url = engine_gateway()
     await on_engine(lambda: engine_idle(vllm), within_s=60)
     finished = await engine_metric(vllm, "vllm:request_success_total")
@@ -153,7 +155,7 @@ async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
     await on_engine(lambda: engine_idle(vllm), within_s=60)
     assert await engine_metric(vllm, "vllm:request_success_total") == finished  # none ran to its end
     made = await engine_metric(vllm, "vllm:generation_tokens_total") - generated
-    assert 0 < made < FILL_TOKENS // 2, made
+    assert 0 < made < FILL_TOKENS, made
 
 
 @pytest.mark.xfail(strict=False, reason=(

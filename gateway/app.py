@@ -83,6 +83,7 @@ def policy_params(settings: Settings) -> PolicyParams:
             tier: 0.0 if i == 0 else settings.batch_tier_offset_s * i for i, tier in enumerate(settings.tiers)
         },
         tenant_weights=dict(settings.tenant_weights),
+        lane_max_tokens=float(settings.short_max_tokens) if settings.short_lane else None,
     )
 
 

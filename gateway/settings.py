@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(default=300.0, ge=0)  # 0: wait forever
     max_slack_s: float = Field(default=30.0, ge=0)  # the starvation bound
     slack_per_token_s: float = Field(default=0.02, ge=0)
+    # short_first/oracle: work predicted above short_max_tokens queues in arrival order behind
+    # short work, instead of being ordered by its length too (docs/scheduling.md, the short lane)
+    short_lane: bool = False
     batch_tier_offset_s: float = Field(default=60.0, ge=0)
     short_max_tokens: int = Field(default=256, ge=1)
     medium_max_tokens: int = Field(default=1024, ge=1)

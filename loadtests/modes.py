@@ -33,6 +33,9 @@ GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # a long request running when short ones wait is preempted and resumed later
     "short_first_preempt": ("short_first", {"preempt": True}, {"resume": "vllm"}),
     "oracle_preempt": ("oracle", {"preempt": True}, {"resume": "vllm"}),
+    # the short lane: short work first, everything longer in arrival order behind it
+    "short_lane": ("short_first", {"short_lane": True}, {}),
+    "short_lane_preempt": ("short_first", {"short_lane": True, "preempt": True}, {"resume": "vllm"}),
 }
 MODES = ("direct", *GATEWAY_MODES)
 

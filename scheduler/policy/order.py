@@ -36,6 +36,10 @@ class PolicyParams:
     # extra delay per tier; the first tier (interactive) gets none
     tier_offsets_s: dict[str, float] = field(default_factory=lambda: {"interactive": 0.0, "batch": 60.0})
     tenant_weights: dict[str, float] = field(default_factory=dict)  # default weight 1
+    # the short lane: work predicted above this many tokens takes the whole starvation
+    # bound as its slack, so it keeps its arrival order among itself and only short work
+    # overtakes it; None: slack grows with the prediction all the way to the bound
+    lane_max_tokens: float | None = None
 
 
 def _cost(predicted_tokens: float, tenant: str, params: PolicyParams) -> float:
@@ -49,8 +53,14 @@ def fifo(predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) 
 
 
 def short_first(predicted_tokens: float, tier: str, tenant: str, params: PolicyParams) -> QueueOrder:
-    """How long may shorter work overtake this ticket? In proportion to its length, capped."""
-    own = params.slack_per_token_s * max(0.0, predicted_tokens)
+    """How long may shorter work overtake this ticket? In proportion to its length, capped;
+    with the short lane on, work longer than the lane takes the cap whatever its length
+    (so among itself it goes in arrival order, and only short work overtakes it)."""
+    lane = params.lane_max_tokens
+    if lane is not None and predicted_tokens > lane:
+        own = params.max_slack_s
+    else:
+        own = params.slack_per_token_s * max(0.0, predicted_tokens)
     return QueueOrder(
         min(params.max_slack_s, own), params.tier_offsets_s.get(tier, 0.0), _cost(predicted_tokens, tenant, params)
     )

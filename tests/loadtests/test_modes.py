@@ -52,6 +52,12 @@ def test_other_modes_get_no_resume_setting() -> None:
     assert [(b["max_concurrency"], b["adaptive"]) for b in high["backends"]] == [(128, True), (128, True)]
 
 
+def test_the_short_lane_modes_turn_the_lane_on() -> None:
+    assert conf("short_lane")["short_lane"] is True and conf("short_lane")["preempt"] is False
+    assert conf("short_lane_preempt")["short_lane"] is True and conf("short_lane_preempt")["preempt"] is True
+    assert "short_lane" not in conf("short_first")
+
+
 def test_only_oracle_modes_are_sent_the_true_length() -> None:
     assert [m for m in MODES if uses_oracle(m)] == [
         "oracle", "oracle_reserved", "static_high_oracle", "adaptive_high_oracle", "oracle_preempt"]

@@ -48,6 +48,25 @@ def test_slack_grows_with_length_and_stays_under_the_bound() -> None:
     assert max(slacks) == P.max_slack_s
 
 
+@pytest.mark.parametrize(("tokens", "slack"), [(0, 0.0), (50, 1.0), (256, 5.12), (257, 30.0), (600, 30.0), (10**6, 30.0)])
+def test_the_short_lane_keeps_longer_work_in_arrival_order(tokens: float, slack: float) -> None:
+    """With the short lane, short work is ordered by its length; everything longer than the lane
+    takes the whole bound, so it keeps its arrival order among itself (a medium request never
+    overtakes a long one that came before it) and only short work overtakes it."""
+    lane = replace(P, lane_max_tokens=256.0)
+    assert order(PolicyName.SHORT_FIRST, tokens, "interactive", "t", lane).slack_s == pytest.approx(slack)
+    assert order(PolicyName.ORACLE, tokens, "interactive", "t", lane).slack_s == pytest.approx(slack)
+
+
+def test_the_short_lane_leaves_the_other_parts_of_the_order_alone() -> None:
+    lane = replace(P, lane_max_tokens=256.0)
+    for tokens in (50, 600):
+        assert order(PolicyName.SHORT_FIRST, tokens, "batch", "t", lane).tier_offset_s == 60.0
+        assert order(PolicyName.SHORT_FIRST, tokens, "interactive", "t", lane).cost_s == pytest.approx(
+            order(PolicyName.SHORT_FIRST, tokens, "interactive", "t", P).cost_s)
+    assert order(PolicyName.FIFO, 600, "interactive", "t", lane) == QueueOrder(0.0, 0.0, 0.0)
+
+
 def test_weight_divides_cost() -> None:
     params = PolicyParams(tenant_weights={"gold": 4.0})
     assert order(PolicyName.SHORT_FIRST, 100, "interactive", "gold", params).cost_s == pytest.approx(0.5)

@@ -130,7 +130,9 @@ Start = Callable[..., Awaitable[Replica]]  # start(slots=1, **settings): a ready
 
 
 @pytest.fixture
-async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBackend) -> AsyncIterator[Start]:
+async def replica(
+    tmp_path: Path, redis_url: str, redis: Redis, prefix: str, gated: GatedBackend
+) -> AsyncIterator[Start]:
     started: list[Replica] = []
 
     async def start(slots: int = 1, **settings: object) -> Replica:
@@ -162,6 +164,10 @@ async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBacke
                 return False
 
         await eventually(ready, within_s=60)
+        workers = int(settings.get("workers", 1))  # type: ignore[call-overload]
+        if workers > 1:  # /ready proves one worker up; each registers as a replica once it serves
+            owners = PoolKeys(prefix, "default").owners
+            await eventually(lambda: _registered(redis, owners, workers), within_s=60, every_s=0.1)
         return r
 
     yield start
@@ -169,6 +175,10 @@ async def replica(tmp_path: Path, redis_url: str, prefix: str, gated: GatedBacke
         if r.proc.poll() is None:
             r.proc.kill()
             r.proc.wait(timeout=10)
+
+
+async def _registered(redis: Redis, owners: str, want: int) -> bool:
+    return int(await redis.zcard(owners)) >= want
 
 
 def chat(stream: bool) -> dict[str, object]:

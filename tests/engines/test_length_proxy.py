@@ -124,7 +124,9 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         generated = await engine_metric(vllm, "vllm:generation_tokens_total") - before
         succeeded = await engine_metric(vllm, "vllm:request_success_total") - finished
-    assert b": paused" in raw and resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
+    # the dispatch script counts why it did not pause (``unpaused_<rule>``) in the pool's stats
+    assert b": paused" in raw, await engine_redis.hgetall(keys.stats)
+    assert resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
     delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
     assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed
     assert succeeded == 2, (succeeded, generated, delivered)  # the paused part was aborted inside vLLM

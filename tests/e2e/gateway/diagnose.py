@@ -1,10 +1,15 @@
 """What a multi-replica test shows when a request was never answered: each gateway's own view,
-each backend's, and the pool's state in Redis (queue, tickets, leases, owners, inboxes), so a
-failure says whether the request was queued, granted, running or lost."""
+each backend's, the pool's state in Redis (queue, tickets, leases, owners, inboxes), and where
+every unfinished task of the process waits (the gateways and simulators these tests start run
+in this process, each on its own thread and loop), taken while the requests still hang: a
+failure then says whether a request was queued, granted, running or lost, and on what."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
+import traceback
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
@@ -42,12 +47,45 @@ async def views(urls: Iterable[str], path: str) -> dict[str, Any]:
     return seen
 
 
+def _awaits(coro: Any) -> list[str]:
+    """Where a suspended coroutine waits: its frame, then the frame of what it awaits, and on."""
+    chain = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            chain.append(f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
+
+
+def waiting_tasks() -> list[str]:
+    """Where every unfinished asyncio task of this process that runs the project's code waits."""
+    waits = []
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.Task) and not obj.done():
+            chain = " > ".join(_awaits(obj.get_coro()))
+            if any(f"{part}/" in chain or part in chain for part in ("gateway", "scheduler", "simulator", "proxy.py")):
+                waits.append(f"{obj.get_name()}: {chain}")
+    return sorted(waits)
+
+
+def threads() -> list[str]:
+    """What every thread is doing now (a loop blocked in a call shows here, not among tasks)."""
+    return ["".join(traceback.format_stack(frame, limit=8)) for frame in sys._current_frames().values()]
+
+
 async def all_answered(calls: Iterable[Awaitable[T]], *, redis: Redis, keys: PoolKeys, gateways: Iterable[str],
-                       backends: Iterable[str]) -> list[T]:
-    """``asyncio.gather(*calls)``; a call that times out fails the test with what every part saw."""
-    try:
-        return list(await asyncio.gather(*calls))
-    except httpx.TimeoutException as exc:
-        seen = {"pool": await pool_state(redis, keys), "gateways": await views(gateways, "/admin/stats"),
-                "backends": await views(backends, "/sim/stats")}
-        raise AssertionError(f"a request was never answered ({exc!r}); what each part saw: {seen}") from None
+                       backends: Iterable[str], within_s: float = 50.0) -> list[T]:
+    """Every call's result. Calls not done within ``within_s`` (under the clients' own read
+    timeout, so that they still hang when looked at) fail the test with what every part saw."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    _, pending = await asyncio.wait(tasks, timeout=within_s)
+    if pending:
+        seen = {"pool": await pool_state(redis, keys), "tasks": waiting_tasks(), "threads": threads(),
+                "gateways": await views(gateways, "/admin/stats"), "backends": await views(backends, "/sim/stats")}
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        raise AssertionError(f"{len(pending)} of {len(tasks)} requests unanswered after {within_s:g} s; "
+                             f"what each part saw: {seen}")
+    return [t.result() for t in tasks]

@@ -53,7 +53,8 @@ def _awaits(coro: Any) -> list[str]:
     while coro is not None:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
         if frame is not None:
-            chain.append(f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+            path = frame.f_code.co_filename
+            chain.append(f"{'/'.join(path.rsplit('/', 2)[-2:])}:{frame.f_lineno} {frame.f_code.co_name}")
         coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) or getattr(coro, "gi_yieldfrom", None)
     return chain
 
@@ -64,8 +65,9 @@ def waiting_tasks() -> list[str]:
     for obj in gc.get_objects():
         if isinstance(obj, asyncio.Task) and not obj.done():
             chain = " > ".join(_awaits(obj.get_coro()))
-            if any(f"{part}/" in chain or part in chain for part in ("gateway", "scheduler", "simulator", "proxy.py")):
-                waits.append(f"{obj.get_name()}: {chain}")
+            if any(f"{part}/" in chain for part in ("gateway", "request", "api", "server", "scheduler", "queue",
+                                                     "simulator", "httpx", "httpcore", "e2e", "uvicorn")):
+                waits.append(f"{obj.get_name()}: {chain}")  # the gateways', the simulators' and the clients'
     return sorted(waits)
 
 

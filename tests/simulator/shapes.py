@@ -37,9 +37,15 @@ def response_shape(body: bytes) -> list[str]:
 
 
 async def answered_shapes(url: str, model: str, cases: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, list[str]]:
-    """What a server at ``url`` answers to each of ``cases`` (name -> path, body less the model), as shapes."""
+    """What a server at ``url`` answers to each of ``cases`` (name -> path, body less the model), as shapes.
+
+    Each case on a connection of its own: a server may close a connection after a streamed
+    answer (llama-server did, now and then), and a request sent on it before the close
+    arrives fails with "Server disconnected" — a property of the client's pooling, not of
+    the shapes compared here (the gateway's own transport sends such a request again)."""
     got = {}
-    async with httpx.AsyncClient(base_url=url, timeout=120, trust_env=False) as http:
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=120, trust_env=False, limits=limits) as http:
         for name, (path, body) in cases.items():
             r = await http.post(path, json={**body, "model": model})
             assert r.status_code == 200, r.text

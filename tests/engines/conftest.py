@@ -45,14 +45,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 MAX_NUM_SEQS = 4
 MAX_IN_ENGINE = 6  # --max-num-queued-reqs: running + waiting
-MAX_MODEL_LEN = 8192
+MAX_MODEL_LEN = 16384  # the tiny model's own context
 # a gateway that pauses its one slot's stream for the first short request: the mechanism
 # under test, whatever the pause rule's budget (max_slack_s: however slowly a busy machine
 # brought the long stream to its first tokens, the starvation bound counts from its arrival)
 PAUSING = dict(preempt=True, quantum_tokens=4, max_pauses=1, heartbeat_s=0.05, max_slack_s=3600, pause_budget=1.0,
                pause_window_s=3600)
 ONE_SLOT = {"max_concurrency": 1, "adaptive": False, "resume": "vllm"}
-FILL_TOKENS = 8000  # a request that holds its slot until cancelled: none ends within a test
+# a request that holds its slot until cancelled: none ends within a test (with 8,000, one on a
+# starved CI core ended before the test saw the batch full); 4 of them fit the KV cache
+FILL_TOKENS = 16000
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ every length asserted here is exact.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -292,7 +293,9 @@ async def test_engine_priority_orders_vllms_own_queue(
     def none_ended() -> None:  # one that ended says why here, not as a wait that runs out
         for run in live:
             if run.done():
-                raise AssertionError(f"a request ended before the test ended it: {run.exception()!r}")
+                said = run.exception() or (run.result() or b"")[-600:]
+                raise AssertionError(f"a request ended before the test ended it, {time.monotonic() - began:.1f} s "
+                                     f"into the test, after: {said!r}")
 
     async def shows(gauge: str, n: int) -> bool:
         none_ended()
@@ -303,6 +306,7 @@ async def test_engine_priority_orders_vllms_own_queue(
         return len(started) == n
 
     running, waiting = "vllm:num_requests_running", "vllm:num_requests_waiting"
+    began = time.monotonic()
     async with httpx.AsyncClient(timeout=300) as http:
         try:
             fill = [send(stream(http, vllm.url, chat(vllm, FILL_TOKENS, True, text=f"fill {i}")))

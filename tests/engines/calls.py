@@ -10,8 +10,9 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
+from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
-from tests.support import eventually, progress_past
+from tests.support import eventually
 
 
 class Served(Protocol):
@@ -78,22 +79,39 @@ async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
     return out
 
 
+async def slot_taken(redis: Redis, keys: PoolKeys) -> bool:
+    """Does a lease hold a slot of the pool (the victim was granted)?"""
+    return any(b.busy > 0 for b in (await readback.backend_states(redis, keys)).values())
+
+
 async def paused_whole(
     http: httpx.AsyncClient, url: str, body: dict, short: dict, redis: Redis, keys: PoolKeys,
     headers: tuple[dict[str, str], dict[str, str]], tries: int, within_s: float,
-) -> tuple[httpx.Response, bytes, dict[bytes, bytes]]:
-    """A non-streamed ``body`` (the victim) and, once it has made progress, the stream
-    ``short``; again, up to ``tries`` times, while no pause was taken (a victim can end
-    before the short request comes). ``headers``: the victim's, the short request's. The
-    victim's answer, the short stream, and the pool's stats."""
+) -> tuple[httpx.Response, bytes, dict[bytes, bytes], list[dict[str, Any]]]:
+    """A non-streamed ``body`` (the victim) and, once it holds the slot, the stream
+    ``short``, queued behind it: the dispatch pauses the victim as soon as it may (past the
+    quantum), whenever the test gets to look. Again, up to ``tries`` times, while the victim
+    was not paused and resumed: it can still end first (an engine's server starved of CPU
+    may hand over the whole reply at once), or the pause can reach the gateway after the
+    victim's reply has all come in (then there is nothing left to resume, and the pause
+    only gave its slot to the short request). A try that paused without a resume is not
+    counted in the stats returned. ``headers``: the victim's, the short request's. The
+    victim's answer, the short stream, the pool's stats, and what each try saw (for a
+    failure's message)."""
     path = path_of(body)
+    seen: list[dict[str, Any]] = []
     for _ in range(tries):
+        resumed_before = sum((await resumes(http, url)).values())
         victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers=headers[0]))
-        await eventually(lambda: progress_past(redis, keys, 4), within_s=within_s)
+        await eventually(lambda v=victim: v.done() or slot_taken(redis, keys), within_s=within_s)
+        ended_first = victim.done()
         streamed = await stream(http, url, short, headers[1])
         answer = await victim
         stats = await redis.hgetall(keys.stats)
+        resumed = sum((await resumes(http, url)).values()) - resumed_before
+        seen.append({"victim_ended_before_short": ended_first, "stats": stats, "resumed": resumed})
         await redis.delete(keys.progress)
-        if stats.get(b"paused") == b"1":
+        if resumed > 0:
             break
-    return answer, streamed, stats
+        await redis.hdel(keys.stats, "paused")
+    return answer, streamed, stats, seen

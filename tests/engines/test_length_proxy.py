@@ -24,9 +24,10 @@ from tests.engines.test_vllm import (
     events,
     on_engine,
     resumes,
+    slot_taken,
     stream,
 )
-from tests.support import eventually, progress_past, running_app
+from tests.support import eventually, running_app
 
 LISTED = {"Tell me about queues.": 23, "Once upon a time": 17}
 
@@ -120,7 +121,8 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
             victim = asyncio.create_task(stream(http, url, {**body, "messages": [
                 {"role": "user", "content": "a long story"}]}, LONG))
 
-            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=120)
+            # queued behind the victim once it holds the slot: paused as soon as it may be
+            await eventually(lambda v=victim: v.done() or slot_taken(engine_redis, keys), within_s=120)
             short = await stream(http, url, {**body, "messages": [{"role": "user", "content": "quick"}]}, SHORT)
             raw = await victim
             resumed = await resumes(http, url)

@@ -31,6 +31,7 @@ from tests.engines.calls import (
     path_of,
     paused_whole,
     resumes,
+    slot_taken,
     stream,
     text_of,
 )
@@ -38,7 +39,7 @@ from tests.engines.conftest import PAUSING, gateways_in_front
 from tests.simulator.llamacpp_shapes import CASES as SHAPE_CASES
 from tests.simulator.llamacpp_shapes import recorded as recorded_shapes
 from tests.simulator.shapes import answered_shapes
-from tests.support import eventually, progress_past, running_app
+from tests.support import eventually, running_app
 
 SLOTS = 4
 CTX_PER_SLOT = 16384
@@ -227,7 +228,8 @@ async def test_a_paused_stream_resumes_on_llamacpp_token_for_token(
         for _ in range(3):  # once more if the victim ended before the short request came
             read_before = await engine_metric(llama, "llamacpp:prompt_tokens_total")
             victim = asyncio.create_task(stream(http, url, body, {"x-triage-expected-tokens": "2000"}))
-            await eventually(lambda: progress_past(engine_redis, keys, 4), within_s=60)
+            # queued behind the victim once it holds the slot: paused as soon as it may be
+            await eventually(lambda v=victim: v.done() or slot_taken(engine_redis, keys), within_s=60)
             short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
             raw = await victim
             read = await engine_metric(llama, "llamacpp:prompt_tokens_total") - read_before
@@ -274,14 +276,14 @@ async def test_a_paused_whole_request_gets_llamacpps_own_answer(
     async with httpx.AsyncClient(timeout=300) as http:
         taught = await http.post(f"{url}{path}", json=make(llama, 3, False), headers={"x-triage-expected-tokens": "3"})
         assert taught.status_code == 200  # its first plain answer: llama.cpp's shape
-        answer, short, stats = await paused_whole(
+        answer, short, stats, tries = await paused_whole(
             http, url, body, make(llama, 5, True, True, "quick"), engine_redis, keys,
             ({"x-triage-expected-tokens": "2000"}, {"x-triage-expected-tokens": "5"}), tries=3, within_s=60,
         )
         unpaused = (await http.post(f"{llama.url}{path}", json=body)).json()
         resumed = await resumes(http, url)
     assert [e["usage"]["completion_tokens"] for e in events(short) if e.get("usage")] == [5]
-    assert answer.status_code == 200 and stats.get(b"paused") == b"1", stats
+    assert answer.status_code == 200 and stats.get(b"paused") == b"1", tries
     got = answer.json()
     assert resumed == {"token_ids": 1}
     assert list(got) == list(unpaused)  # llama.cpp's fields, in its order

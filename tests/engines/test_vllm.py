@@ -414,9 +414,9 @@ async def test_a_paused_whole_request_gets_vllms_own_answer(
     async with httpx.AsyncClient(timeout=600) as http:
         taught = await http.post(f"{url}{path}", json=make(vllm, 3, False), headers=SHORT)
         assert taught.status_code == 200  # its first plain answer: vLLM's shape
-        # vLLM's API server, starved of CPU, can hand over thousands of tokens in one chunk,
-        # so the victim may be all but done when it is first seen running: then it ends
-        # before the short request is queued and nothing is left to pause. Once more then.
+        # the short request waits behind the victim; a victim that ends before the pause
+        # reaches it (vLLM's starved API server can hand over a whole reply at once) is tried
+        # again (paused_whole)
         answer, short, stats, tries = await paused_whole(
             http, url, body, make(vllm, 5, True, True, "quick"), engine_redis, keys, (LONG, SHORT), tries=3,
             within_s=120,

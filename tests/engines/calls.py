@@ -10,9 +10,8 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
-from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
-from tests.support import eventually
+from tests.support import busy_is, eventually
 
 
 class Served(Protocol):
@@ -79,14 +78,15 @@ async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
     return out
 
 
-async def slot_taken(redis: Redis, keys: PoolKeys) -> bool:
-    """Does a lease hold a slot of the pool (the victim was granted)?"""
-    return any(b.busy > 0 for b in (await readback.backend_states(redis, keys)).values())
+async def granted_or_ended(victim: asyncio.Task[Any], redis: Redis, keys: PoolKeys, backend: str,
+                           within_s: float) -> None:
+    """Wait until ``victim`` holds ``backend``'s one slot, or has ended (nothing to pause)."""
+    await eventually(lambda: victim.done() or busy_is(redis, keys, 1, backend), within_s=within_s)
 
 
 async def paused_whole(
     http: httpx.AsyncClient, url: str, body: dict, short: dict, redis: Redis, keys: PoolKeys,
-    headers: tuple[dict[str, str], dict[str, str]], tries: int, within_s: float,
+    headers: tuple[dict[str, str], dict[str, str]], tries: int, within_s: float, backend: str,
 ) -> tuple[httpx.Response, bytes, dict[bytes, bytes], list[dict[str, Any]]]:
     """A non-streamed ``body`` (the victim) and, once it holds the slot, the stream
     ``short``, queued behind it: the dispatch pauses the victim as soon as it may (past the
@@ -97,13 +97,13 @@ async def paused_whole(
     only gave its slot to the short request). A try that paused without a resume is not
     counted in the stats returned. ``headers``: the victim's, the short request's. The
     victim's answer, the short stream, the pool's stats, and what each try saw (for a
-    failure's message)."""
+    failure's message). ``backend``: the name of the pool's one backend."""
     path = path_of(body)
     seen: list[dict[str, Any]] = []
     for _ in range(tries):
         resumed_before = sum((await resumes(http, url)).values())
         victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers=headers[0]))
-        await eventually(lambda v=victim: v.done() or slot_taken(redis, keys), within_s=within_s)
+        await granted_or_ended(victim, redis, keys, backend, within_s)
         ended_first = victim.done()
         streamed = await stream(http, url, short, headers[1])
         answer = await victim

@@ -15,6 +15,7 @@ from loadtests.engines.cli import main as engine_main
 from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.vllm import VllmServer
 from scheduler.queue.keys import PoolKeys
+from tests.engines.calls import granted_or_ended
 from tests.engines.conftest import ONE_SLOT, PAUSING
 from tests.engines.test_vllm import (
     LONG,
@@ -24,10 +25,9 @@ from tests.engines.test_vllm import (
     events,
     on_engine,
     resumes,
-    slot_taken,
     stream,
 )
-from tests.support import eventually, running_app
+from tests.support import running_app
 
 LISTED = {"Tell me about queues.": 23, "Once upon a time": 17}
 
@@ -122,7 +122,7 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
                 {"role": "user", "content": "a long story"}]}, LONG))
 
             # queued behind the victim once it holds the slot: paused as soon as it may be
-            await eventually(lambda v=victim: v.done() or slot_taken(engine_redis, keys), within_s=120)
+            await granted_or_ended(victim, engine_redis, keys, "vllm", within_s=120)
             short = await stream(http, url, {**body, "messages": [{"role": "user", "content": "quick"}]}, SHORT)
             raw = await victim
             resumed = await resumes(http, url)

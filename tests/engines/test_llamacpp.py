@@ -28,10 +28,10 @@ from tests.engines.calls import (
     chunk_fields,
     completion,
     events,
+    granted_or_ended,
     path_of,
     paused_whole,
     resumes,
-    slot_taken,
     stream,
     text_of,
 )
@@ -229,7 +229,7 @@ async def test_a_paused_stream_resumes_on_llamacpp_token_for_token(
             read_before = await engine_metric(llama, "llamacpp:prompt_tokens_total")
             victim = asyncio.create_task(stream(http, url, body, {"x-triage-expected-tokens": "2000"}))
             # queued behind the victim once it holds the slot: paused as soon as it may be
-            await eventually(lambda v=victim: v.done() or slot_taken(engine_redis, keys), within_s=60)
+            await granted_or_ended(victim, engine_redis, keys, "llama", within_s=60)
             short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
             raw = await victim
             read = await engine_metric(llama, "llamacpp:prompt_tokens_total") - read_before
@@ -279,6 +279,7 @@ async def test_a_paused_whole_request_gets_llamacpps_own_answer(
         answer, short, stats, tries = await paused_whole(
             http, url, body, make(llama, 5, True, True, "quick"), engine_redis, keys,
             ({"x-triage-expected-tokens": "2000"}, {"x-triage-expected-tokens": "5"}), tries=3, within_s=60,
+            backend="llama",
         )
         unpaused = (await http.post(f"{llama.url}{path}", json=body)).json()
         resumed = await resumes(http, url)

@@ -26,10 +26,10 @@ from tests.engines.calls import (
     chunk_fields,
     completion,
     events,
+    granted_or_ended,
     path_of,
     paused_whole,
     resumes,
-    slot_taken,
     stream,
     text_of,
 )
@@ -365,7 +365,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
         # and nothing is left to pause. Once more then.
         for _ in range(3):
             victim = asyncio.create_task(stream(http, url, body, LONG))
-            await eventually(lambda v=victim: v.done() or slot_taken(engine_redis, keys), within_s=120)
+            await granted_or_ended(victim, engine_redis, keys, "vllm", within_s=120)
             seen: dict[str, Any] = {"victim_ended_before_short": victim.done()}
             short = await stream(http, url, make(vllm, 5, True, True, "quick"), SHORT)
             seen["progress"] = await engine_redis.hgetall(keys.progress)
@@ -419,7 +419,7 @@ async def test_a_paused_whole_request_gets_vllms_own_answer(
         # again (paused_whole)
         answer, short, stats, tries = await paused_whole(
             http, url, body, make(vllm, 5, True, True, "quick"), engine_redis, keys, (LONG, SHORT), tries=3,
-            within_s=120,
+            within_s=120, backend="vllm",
         )
         unpaused = (await http.post(f"{vllm.url}{path}", json=body)).json()
         resumed = await resumes(http, url)

@@ -255,7 +255,7 @@ async def _leases_left(redis: Redis, prefix: str, pools: list[str], within_s: fl
     response path, so they may trail it a little): polled, bounded."""
     deadline = time.monotonic() + within_s
     while True:
-        left = sum([int(await redis.zcard(PoolKeys(prefix, p).leases)) for p in pools])
+        left = sum([int(await redis.hlen(PoolKeys(prefix, p).lease)) for p in pools])
         if left == 0 or time.monotonic() > deadline:
             return left
         await asyncio.sleep(0.1)

@@ -47,7 +47,7 @@ async def leftovers(target: Target) -> Leftovers:
     redis = Redis.from_url(target.redis_url)
     try:
         queued = int(await redis.zcard(keys.queue)) + int(await redis.hlen(keys.tickets))
-        leases = int(await redis.zcard(keys.leases)) + int(await redis.hlen(keys.lease))
+        leases = int(await redis.hlen(keys.lease))
         leases += sum(b.busy for b in (await backend_states(redis, keys)).values())
     finally:
         await redis.aclose()

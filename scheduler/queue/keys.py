@@ -14,14 +14,13 @@ key                                    type    meaning                          
                                                grants (scripts) — see records.py
 ``P:reach``                            hash    replica id -> backends it can call (records.py)   both
 ``P:quiet``                            string  "1" while no short work is expected (PX TTL)      replicas
-``P:leases``                           zset    lease id -> expiry (server time, seconds)         scripts
-``P:lease``                            hash    lease id -> packed lease (see records.py)         scripts
+``P:lease``                            hash    lease id -> packed lease, its owner included      scripts
+                                               (see records.py)
 ``P:owners``                           zset    replica id -> heartbeat expiry                    scripts
 ``P:progress``                         hash    lease id -> output and prompt tokens (may be      replicas
                                                paused; see records.py)
 ``P:costs``                            hash    backend -> what a resume costs it (records.py)    replicas
 ``P:budget``                           hash    backend -> re-read budget left, when (records.py) scripts
-``P:owned:<owner>``                    set     lease ids granted to one replica                  scripts
 ``P:inbox:<owner>``                    list    grants and evictions pushed to one replica        scripts
 ``P:tenant:vfinish``                   hash    tenant -> virtual finish time (fair queuing)      scripts
 ``P:tenant:queued``                    hash    tenant -> tickets queued now                      scripts
@@ -44,10 +43,11 @@ Keys outside any pool (``Q`` is ``<prefix>:{quota:<tenant>}``: a tenant's keys s
 ``<prefix>:{stats}:replica:<id>``      string  one replica's stats window (JSON, PX TTL)         stats.lua
 =====================================  ======  ================================================  =========
 
-``P`` stands for ``<prefix>:{<pool>}``. Nothing here but ``P:quiet`` expires by TTL: leases and
-owners expire by score, swept by the heartbeat script, so the sweep is atomic with the
-accounting it fixes. A replica whose heartbeat expired longer ago than a lease lives is
-removed with its ``owned`` set, its inbox and its ``reach`` entry; a backend no live
+``P`` stands for ``<prefix>:{<pool>}``. Nothing here but ``P:quiet`` expires by TTL: owners
+expire by score, and a lease lapses once its owner's last heartbeat is older than a lease
+lives (a heartbeat renews every lease of its replica at once), swept by the heartbeat script,
+so the sweep is atomic with the accounting it fixes. A replica whose heartbeat expired longer
+ago than a lease lives is removed with its inbox and its ``reach`` entry; a backend no live
 replica can call and no lease holds is removed from ``P:backends``. So the keys under a
 prefix stay the size of the live state, however often replicas restart. (Outside
 pools, quota buckets and running sets, and the published stats windows, expire by TTL
@@ -88,7 +88,6 @@ class PoolKeys:
     backends = _Key("backends")
     reach = _Key("reach")
     quiet = _Key("quiet")
-    leases = _Key("leases")
     lease = _Key("lease")
     owners = _Key("owners")
     progress = _Key("progress")
@@ -98,9 +97,6 @@ class PoolKeys:
     tenant_queued = _Key("tenant:queued")
     stats = _Key("stats")
     epoch = _Key("epoch")
-
-    def owned(self, owner: str) -> str:
-        return f"{self.base}:owned:{owner}"
 
     def inbox(self, owner: str) -> str:
         return f"{self.base}:inbox:{owner}"
@@ -116,7 +112,7 @@ class PoolKeys:
 
 # attribute -> suffix of every fixed-name key; and the keys named by one more name
 FIXED = {name: key.suffix for name, key in vars(PoolKeys).items() if isinstance(key, _Key)}
-NAMED = ("owned", "inbox")
+NAMED = ("inbox",)
 
 
 def predictor_key(name: str = "default", prefix: str = DEFAULT_PREFIX) -> str:

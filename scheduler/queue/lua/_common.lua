@@ -6,8 +6,8 @@
 -- names; a test holds the two equal). Formats (records.py has the table; a test holds
 -- the two equal):
 --   ticket in K.tickets:   owner|model|tenant|class|predicted|deadline|arrival|tier|avoid|restricted|pauses
---   lease in K.lease:      backend|owner|predicted|restricted|borrowed|class|score|pauses|tier|arrival; its id
---                          is also in K.owned(owner), so a replica can find grants it was never told of
+--   lease in K.lease:      backend|owner|predicted|restricted|borrowed|class|score|pauses|tier|arrival (the
+--                          owner is in it, so a replica can find grants it was never told of)
 --   backend in K.backends: limit|down|weight|speed|lcap|borrow|resume|busy|work|lbusy|borrowed|granted|model...
 --   owner in K.reach:      backend|backend|...  (the backends that replica can call)
 --   grant message:         G|<ticket>|<lease record>  (the whole record: the owner keeps it, and
@@ -23,11 +23,10 @@ local function pool_keys(base)
   return {
     queue = base .. ':queue', tickets = base .. ':tickets', backends = base .. ':backends',
     reach = base .. ':reach', quiet = base .. ':quiet',
-    leases = base .. ':leases', lease = base .. ':lease', owners = base .. ':owners',
+    lease = base .. ':lease', owners = base .. ':owners',
     progress = base .. ':progress', costs = base .. ':costs', budget = base .. ':budget',
     tenant_vfinish = base .. ':tenant:vfinish', tenant_queued = base .. ':tenant:queued',
     stats = base .. ':stats', epoch = base .. ':epoch',
-    owned = function(owner) return base .. ':owned:' .. owner end,
     inbox = function(owner) return base .. ':inbox:' .. owner end,
   }
 end

@@ -209,7 +209,7 @@ end
 local function grant(C, tid, l, record)
   local written = record ~= nil
   record = record or pack_lease(l)
-  add_lease(C, tid, l, record, C.now + C.D.lease_ttl, written)
+  add_lease(C, tid, l, record, written)
   local b = slot(C.S, l.backend)
   b.granted = b.granted + 1
   notify(C, l.owner, grant_message(tid, record))

@@ -54,21 +54,41 @@ local function heartbeat(C)
   redis.call('SET', C.K.epoch, tostring(C.now), 'NX')
 end
 
--- Replicas whose heartbeat expired longer ago than a lease lives: each of their leases
--- has lapsed by now (leases are renewed with the heartbeat), so their slots are given
--- back and their inbox, owned set and backend list deleted. A replica that only looked
--- dead comes back with its next heartbeat, which recreates the leases it still holds
--- and reports its lost tickets, to be queued again. Backends no live replica can call
--- and no lease holds are forgotten too.
+-- Leases whose owner stopped beating: each lapses once its owner's last heartbeat
+-- (its score in K.owners, less owner_ttl) is older than a lease lives, and gives its slot
+-- back. An owner that is not in K.owners (it never beat, or it was buried) holds nothing.
+-- `flat`: K.lease as HGETALL returned it. Returns the leases left: id -> record.
+local function lapse_leases(C, flat)
+  local left, lapsed = {}, {}
+  local cutoff = C.now - C.D.lease_ttl + C.D.owner_ttl
+  for i = 1, #flat, 2 do
+    local lid, record = flat[i], flat[i + 1]
+    local owner = string.match(record, '^[^|]*|([^|]*)') or ''
+    local gone = lapsed[owner]
+    if gone == nil then
+      gone = owner ~= C.me and tonumber(redis.call('ZSCORE', C.K.owners, owner) or '0') < cutoff
+      lapsed[owner] = gone
+    end
+    if gone then
+      drop_lease(C, lid, record)
+    else
+      left[lid] = record
+    end
+  end
+  return left
+end
+
+-- Replicas whose heartbeat expired longer ago than a lease lives: their leases have
+-- lapsed by then (lapse_leases runs first), and their inbox and backend list are deleted.
+-- A replica that only looked dead comes back with its next heartbeat, which recreates
+-- the leases it still holds and reports its lost tickets, to be queued again. Backends
+-- no live replica can call and no lease holds are forgotten too.
 local function bury_dead_owners(C)
   local dead = redis.call('ZRANGEBYSCORE', C.K.owners, '-inf', '(' .. (C.now - C.D.lease_ttl))
   local buried = 0
   for _, owner in ipairs(dead) do
     if owner ~= C.me then
-      for _, lid in ipairs(redis.call('SMEMBERS', C.K.owned(owner))) do
-        drop_lease(C, lid)
-      end
-      redis.call('DEL', C.K.owned(owner), C.K.inbox(owner))
+      redis.call('DEL', C.K.inbox(owner))
       redis.call('HDEL', C.K.reach, owner)
       redis.call('ZREM', C.K.owners, owner)
       buried = buried + 1

@@ -73,14 +73,14 @@ local function count_lease(S, l, sign)
   return b
 end
 
--- Record lease `lid` (`l`, packed as `record`) and count its slot. `expiry`: when it
--- lapses unless renewed. `written`: the caller already wrote the record (HSETNX).
-local function add_lease(C, lid, l, record, expiry, written)
+-- Record lease `lid` (`l`, packed as `record`) and count its slot. `written`: the caller
+-- already wrote the record (HSETNX). A lease lives until it is released, or until its
+-- owner's heartbeat is older than a lease lives (lapse_leases): the owner renews all its
+-- leases at once by beating, so no lease has an expiry of its own.
+local function add_lease(C, lid, l, record, written)
   if not written then
     redis.call('HSET', C.K.lease, lid, record)
   end
-  redis.call('ZADD', C.K.leases, expiry, lid)
-  redis.call('SADD', C.K.owned(l.owner), lid)
   count_lease(C.S, l, 1)
 end
 
@@ -100,25 +100,14 @@ local function drop_lease(C, lid, known)
       redis.call('HDEL', C.K.lease, lid)
     end
   end
-  redis.call('ZREM', C.K.leases, lid)
   if not record then
     return nil
   end
   local l = parse_lease(record)
-  redis.call('SREM', C.K.owned(l.owner), lid)
   if count_lease(C.S, l, -1).resume then
     redis.call('HDEL', C.K.progress, lid)  -- only leases on such backends report progress
   end
   return l
-end
-
--- Expired leases (their owner stopped renewing) give their slot back.
-local function sweep_leases(C)
-  local dead = redis.call('ZRANGEBYSCORE', C.K.leases, '-inf', C.now)
-  for _, lid in ipairs(dead) do
-    drop_lease(C, lid)
-  end
-  return #dead
 end
 
 local function drop_ticket(K, tid, t)

@@ -1,5 +1,5 @@
--- A replica's periodic tick: prove it is alive, renew its leases, sweep what expired
--- (leases of replicas that stopped renewing, then those replicas themselves), and
+-- A replica's periodic tick: prove it is alive (which renews its leases), sweep what
+-- lapsed (leases of replicas that stopped beating, then those replicas themselves), and
 -- dispatch (so freed slots go to queued work without traffic).
 -- KEYS[1]: pool base. ARGV: the dispatch arguments (dispatch_args), then quiet (0/1: the
 --   open class has had no recent arrivals), n (leases that follow), then for each of the
@@ -10,16 +10,14 @@
 -- the grant wrote (the grant message carries it whole), so a rebuilt lease keeps the
 -- class, score, tier and arrival a pause decision reads. A lease of this
 -- replica missing from its list is a grant it was never told of (the reply that
--- carried it was lost with its connection): it is renewed and told again, so the
+-- carried it was lost with its connection): it is told again, so the
 -- waiter gets it, or the replica releases it. A waited-for ticket that is neither queued
 -- nor granted was dropped while this replica looked dead (its heartbeat was late, and
 -- another replica's dispatch met the ticket): it is reported lost, to be queued again.
 -- Returns {epoch, tickets granted so far in the pool, messages for me...}.
 local C = context(KEYS[1])
 local K, D, me, a = C.K, C.D, C.me, FIRST_ARG
-local lease_ttl = D.lease_ttl
 C.now = now_s()
-local now = C.now
 heartbeat(C)
 if ARGV[a] == '1' then
   redis.call('SET', K.quiet, '1', 'PX', math.floor(D.owner_ttl * 1000))
@@ -27,18 +25,18 @@ else
   redis.call('DEL', K.quiet)
 end
 all_slots(C.S)
-sweep_leases(C)
+local leases = lapse_leases(C, redis.call('HGETALL', K.lease))
 bury_dead_owners(C)
 local held = {}
 local waiting_from = a + 2 + 3 * tonumber(ARGV[a + 1])
 for i = a + 2, waiting_from - 1, 3 do
   local lid, attained = ARGV[i], parse_progress(ARGV[i + 2])
   held[lid] = true
-  if not redis.call('ZSCORE', K.leases, lid) then
+  if not leases[lid] then
     local l = parse_lease(ARGV[i + 1])
-    add_lease(C, lid, l, pack_lease(l), now + lease_ttl)
-  else
-    redis.call('ZADD', K.leases, now + lease_ttl, lid)
+    local record = pack_lease(l)
+    add_lease(C, lid, l, record)
+    leases[lid] = record
   end
   if attained >= 0 then
     redis.call('HSET', K.progress, lid, ARGV[i + 2])
@@ -51,20 +49,14 @@ for _, b in pairs(C.S.recs) do
   granted = granted + b.granted
 end
 local out = {redis.call('GET', K.epoch), tostring(granted)}
-for _, lid in ipairs(redis.call('SMEMBERS', K.owned(me))) do
-  if not held[lid] then
-    local record = redis.call('HGET', K.lease, lid)
-    if record then
-      redis.call('ZADD', K.leases, now + lease_ttl, lid)
-      out[#out + 1] = grant_message(lid, record)
-    else
-      redis.call('SREM', K.owned(me), lid)
-    end
+for lid, record in pairs(leases) do
+  if not held[lid] and parse_lease(record).owner == me then
+    out[#out + 1] = grant_message(lid, record)
   end
 end
 for i = waiting_from, #ARGV do
   local tid = ARGV[i]
-  if redis.call('HEXISTS', K.tickets, tid) == 0 and redis.call('HEXISTS', K.lease, tid) == 0 then
+  if not leases[tid] and redis.call('HEXISTS', K.tickets, tid) == 0 then
     out[#out + 1] = lost_message(tid)
   end
 end

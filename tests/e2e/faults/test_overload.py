@@ -36,7 +36,7 @@ async def nothing_held(redis: Redis, prefix: str, *backends: str) -> bool:
     for name in backends:
         if await readback.busy(redis, keys, name) != 0:
             return False
-    return (await redis.hlen(keys.lease) == 0 and await redis.zcard(keys.leases) == 0
+    return (await redis.hlen(keys.lease) == 0
             and await redis.zcard(keys.queue) == 0 and await redis.hlen(keys.tickets) == 0)
 
 

@@ -28,11 +28,10 @@ async def pool_state(redis: Redis, keys: PoolKeys) -> dict[str, Any]:
         "now": seconds + micros / 1e6,
         "queue": await redis.zrange(keys.queue, 0, -1, withscores=True),
         "tickets": await redis.hkeys(keys.tickets),
-        "leases": await redis.zrange(keys.leases, 0, -1, withscores=True),
+        "leases": await redis.hgetall(keys.lease),
         "backends": await redis.hgetall(keys.backends),
         "owners": owners,
         "inboxes": {o: await redis.lrange(keys.inbox(o.decode()), 0, -1) for o, _ in owners},
-        "owned": {o: await redis.smembers(keys.owned(o.decode())) for o, _ in owners},
     }
 
 

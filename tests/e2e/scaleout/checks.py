@@ -17,7 +17,7 @@ from tests.support import eventually
 async def leases_held(r: Redis, prefix: str, pool: str) -> tuple[int, int]:
     """(lease records, slots counted busy) in one pool."""
     keys = PoolKeys(prefix, pool)
-    leases = int(await r.zcard(keys.leases))
+    leases = int(await r.hlen(keys.lease))
     busy = sum(b.busy for b in (await backend_states(r, keys)).values())
     return leases, busy
 

@@ -106,7 +106,7 @@ async def test_a_release_with_the_held_record_frees_its_slot_once(make, redis, p
     record = d.held(POOL)[first]
     await scripts.release(keys, d.owner, first, record)
     assert await busy(redis, prefix) == 1
-    assert await redis.hget(keys.lease, first) is None and await redis.zscore(keys.leases, first) is None
+    assert await redis.hget(keys.lease, first) is None
     await scripts.release(keys, d.owner, first, record)
     await scripts.release(keys, d.owner, first)
     assert await busy(redis, prefix) == 1  # the other lease still holds its slot
@@ -307,7 +307,7 @@ async def test_a_lost_grant_nobody_waits_for_is_released(make, redis, prefix) ->
     assert [m.kind for m in lost.messages] == ["G"]
     assert await busy(redis, prefix) == 1
     await eventually(lambda: busy_is(redis, prefix, 0))  # well before the 30 s lease runs out
-    assert await redis.scard(keys.owned(d.owner)) == 0
+    assert await redis.hlen(keys.lease) == 0
 
 
 async def test_a_late_replicas_dropped_ticket_is_queued_again(make, redis, prefix) -> None:

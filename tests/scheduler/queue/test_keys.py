@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import FIXED, NAMED, PoolKeys
-from scheduler.queue.records import pack_lease
+from scheduler.queue.records import pack_lease, parse_lease
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Lease, Ticket
 
@@ -66,6 +66,6 @@ async def test_every_key_written_is_one_keys_py_builds(redis: Redis) -> None:
     await scripts.release(keys, "owner-1", "t1")
     all_keys = [k.decode() async for k in redis.scan_iter(match=f"{keys.prefix}:*")]
     assert all_keys and all(keys.names(k) for k in all_keys), [k for k in all_keys if not keys.names(k)]
-    # the paths ran: a grant pushed to the other replica's inbox, its lease listed as owned
+    # the paths ran: a grant pushed to the other replica's inbox, its lease recorded as the other's
     assert await redis.llen(keys.inbox(other)) == 1
-    assert await redis.sismember(keys.owned(other), "t2")
+    assert parse_lease(await redis.hget(keys.lease, "t2")).owner == other

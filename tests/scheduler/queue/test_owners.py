@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from redis.asyncio import Redis
 
+from scheduler.queue import readback
 from scheduler.queue.dispatcher import Dispatcher, QueueLimits
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.scripts import Scripts, Timing
@@ -68,6 +69,38 @@ async def test_a_shed_ticket_of_a_dead_replica_is_not_pushed_to_its_inbox(
     assert not await redis.exists(keys.inbox("gone"))
 
 
+async def test_a_lease_lives_while_its_owner_beats_and_lapses_a_lease_life_after_its_last_beat(
+    redis: Redis, keys: PoolKeys
+) -> None:
+    """A lease has no expiry of its own: its owner's heartbeat renews it, however old the
+    lease is. Once the owner's last heartbeat is older than a lease lives, another replica's
+    heartbeat gives the slot back (the owner is not buried yet: that waits a lease life past
+    its owner TTL); the owner, back, recreates the lease it still holds."""
+    scripts = Scripts(redis, Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64))
+    await scripts.set_backend(keys, "a", BackendRecord("b", 1, models=("m",)))
+    await scripts.set_backend(keys, "watcher", BackendRecord("b", 1, models=("m",)))
+    granted = await scripts.enqueue(keys, "a", spec("t1"), 0, 0)
+    record = await redis.hget(keys.lease, "t1")
+    assert [m.ticket for m in granted.messages] == ["t1"] and record
+
+    async def beat_a_seconds_ago(seconds: float) -> None:
+        now, micros = await redis.time()
+        await redis.zadd(keys.owners, {"a": now + micros / 1e6 - seconds + 3.0})  # its expiry: last beat + TTL
+
+    async def busy() -> int:
+        return (await readback.backend_states(redis, keys))["b"].busy
+
+    await beat_a_seconds_ago(29.0)  # granted long ago, say: its owner beat within a lease life
+    await scripts.heartbeat(keys, "watcher", {})
+    assert await busy() == 1 and await redis.hexists(keys.lease, "t1")
+    await beat_a_seconds_ago(31.0)
+    await scripts.heartbeat(keys, "watcher", {})
+    assert await busy() == 0 and not await redis.hexists(keys.lease, "t1")
+    assert await redis.zscore(keys.owners, "a") is not None  # lapsed leases, a replica not yet buried
+    await scripts.heartbeat(keys, "a", {"t1": record.decode()})  # it was only late
+    assert await busy() == 1 and await redis.hget(keys.lease, "t1") == record
+
+
 @pytest.fixture
 async def make(any_redis_url: str, prefix: str) -> AsyncIterator[Callable[[], Dispatcher]]:
     made: list[tuple[Dispatcher, Redis, Redis]] = []
@@ -95,7 +128,7 @@ async def test_replicas_restarting_leave_the_keys_as_they_were(
     make: Callable[[], Dispatcher], redis: Redis, keys: PoolKeys
 ) -> None:
     """Each start mints a new owner id. Each replica here dies with a ticket queued, which
-    is granted after it died (the grant goes to its inbox, the lease to its owned set).
+    is granted after it died (the grant goes to its inbox, the lease is recorded as its).
     Once their heartbeats have expired, the keys under the prefix are what they were
     with the one live replica."""
     live = make()

@@ -158,7 +158,7 @@ async def test_a_lease_python_packed_is_kept_as_it_is(redis: Redis, keys: PoolKe
     assert (await redis.hget(keys.lease, "lost")).decode() == record
     b = (await readback.backend_states(redis, keys))["b1"]
     assert (b.busy, b.work, b.lbusy, b.borrowed) == (1, 900, 1, 1)
-    assert await redis.sismember(keys.owned(ME), "lost")
+    assert parse_lease(await redis.hget(keys.lease, "lost")).owner == ME
 
 
 async def test_an_eviction_lua_sent_parses(redis: Redis, keys: PoolKeys) -> None:

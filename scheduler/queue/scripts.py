@@ -67,6 +67,9 @@ class Scripts:
         self._cancel = redis.register_script(lib + source("cancel.lua"))
         self._heartbeat = redis.register_script(lib + source("heartbeat.lua"))
         self._backend = redis.register_script(lib + source("backend.lua"))
+        # (pool base, replica) -> the backends that replica registered through these scripts,
+        # as enqueue.lua reads them ("b1|b2"): its grant then need not read them back
+        self._reach: dict[tuple[str, str], str] = {}
 
     def _common(self, me: str) -> list[Any]:
         """The arguments every dispatching script opens with (``dispatch_args`` in Lua)."""
@@ -86,7 +89,7 @@ class Scripts:
                 *self._common(me), ticket.id, ticket.model, ticket.tenant, ticket.cls, ticket.predicted,
                 ticket.timeout_s, ticket.tier, ticket.slack_s, ticket.tier_offset_s, ticket.cost_s,
                 t.max_slack_s, max_queue, max_tenant_queue, ticket.avoid, 1 if ticket.restricted else 0,
-                ticket.age_s, ticket.pauses,
+                ticket.age_s, ticket.pauses, self._reach.get((keys.base, me), ""),
             ],
         )
         return EnqueueResult(int(raw[0]), int(raw[1]), [parse_message(m) for m in raw[2:]])
@@ -121,6 +124,9 @@ class Scripts:
 
     async def set_backend(self, keys: PoolKeys, me: str, backend: BackendRecord) -> list[Message]:
         b = backend
+        known = self._reach.get((keys.base, me), "")
+        if b.name not in known.split("|"):
+            self._reach[(keys.base, me)] = f"{known}|{b.name}" if known else b.name
         args = self._common(me) + [
             b.name, b.limit, 1 if b.down else 0, b.weight, b.speed, b.long_cap, b.borrow, 1 if b.resume else 0,
             pack_cost(b.cost), *b.models,

@@ -20,21 +20,23 @@ local function owner_alive(C, owner)
   return alive
 end
 
+-- `owner` can call the backends in `packed` ("b1|b2", as K.reach holds them).
+local function known_reach(C, owner, packed)
+  local known = {}
+  for _, name in ipairs(fields(packed)) do
+    if name ~= '' then
+      known[name] = true
+    end
+  end
+  C.reach[owner] = known
+  return known
+end
+
 -- The backends `owner` can call (name -> true): those it registered (backend.lua). A
 -- grant names only one of them, so replicas with different backend lists (a rolling
 -- deploy) share a pool safely.
 local function reach(C, owner)
-  local known = C.reach[owner]
-  if known == nil then
-    known = {}
-    for _, name in ipairs(fields(redis.call('HGET', C.K.reach, owner) or '')) do
-      if name ~= '' then
-        known[name] = true
-      end
-    end
-    C.reach[owner] = known
-  end
-  return known
+  return C.reach[owner] or known_reach(C, owner, redis.call('HGET', C.K.reach, owner) or '')
 end
 
 -- A message for `owner`: mine come back in the reply, a live replica's go to its inbox,

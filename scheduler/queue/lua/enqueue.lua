@@ -3,7 +3,8 @@
 -- ARGV: the dispatch arguments (dispatch_args), then ticket, model, tenant, class,
 --       predicted, timeout_s, tier, slack_s, tier_offset_s, cost_s, max_slack_s,
 --       max_queue, max_tenant_queue, avoid, restricted, age_s (how long ago the request
---       arrived: 0 for a new one; a paused request's continuation keeps its arrival), pauses
+--       arrived: 0 for a new one; a paused request's continuation keeps its arrival), pauses,
+--       reach (the backends I registered, "b1|b2", as K.reach holds them; '': read them there)
 -- Returns {status, queue_len, msg...}: status 1 = queued (grants for me follow),
 --   -1 = pool queue full, -2 = tenant queue full.
 --
@@ -29,6 +30,9 @@ local slack, tier_offset, cost = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]), t
 local max_slack, max_queue, max_tenant = tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12])
 local avoid, restricted = ARGV[a + 13], ARGV[a + 14] == '1'
 local pauses = tonumber(ARGV[a + 16]) or 0
+if (ARGV[a + 17] or '') ~= '' then
+  known_reach(C, me, ARGV[a + 17])
+end
 
 C.now = now_s()
 local now = C.now

@@ -43,7 +43,11 @@ Keys outside any pool (``Q`` is ``<prefix>:{quota:<tenant>}``: a tenant's keys s
 ``<prefix>:{stats}:replica:<id>``      string  one replica's stats window (JSON, PX TTL)         stats.lua
 =====================================  ======  ================================================  =========
 
-``P`` stands for ``<prefix>:{<pool>}``. Nothing here but ``P:quiet`` expires by TTL: owners
+``P`` stands for ``<prefix>:{<pool>}:q<LAYOUT>``: ``LAYOUT`` numbers this table's pool keys and
+formats, and changes with them, so replicas of versions that would misread each other's
+keys (during a rolling deploy across such a change) keep apart queues instead of one they
+corrupt; each side then limits the backends on its own until the old replicas are gone.
+Nothing here but ``P:quiet`` expires by TTL: owners
 expire by score, and a lease lapses once its owner's last heartbeat is older than a lease
 lives (a heartbeat renews every lease of its replica at once), swept by the heartbeat script,
 so the sweep is atomic with the accounting it fixes. A replica whose heartbeat expired longer
@@ -59,6 +63,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "triage"
+# The layout of a pool's keys and records (the table above): raised with any change a
+# replica of the version before would misread. 2: leases without an expiry set or owned sets.
+LAYOUT = 2
 
 
 class _Key:
@@ -81,7 +88,7 @@ class PoolKeys:
 
     @property
     def base(self) -> str:
-        return f"{self.prefix}:{{{self.pool}}}"
+        return f"{self.prefix}:{{{self.pool}}}:q{LAYOUT}"
 
     queue = _Key("queue")
     tickets = _Key("tickets")

@@ -1,5 +1,5 @@
 -- Enqueue one ticket and dispatch at once (one round trip on the request path).
--- KEYS[1]: pool base "<prefix>:{<pool>}" (routes the call to the pool's slot)
+-- KEYS[1]: pool base "<prefix>:{<pool>}:q<layout>" (the tag routes the call to the pool's slot)
 -- ARGV: the dispatch arguments (dispatch_args), then ticket, model, tenant, class,
 --       predicted, timeout_s, tier, slack_s, tier_offset_s, cost_s, max_slack_s,
 --       max_queue, max_tenant_queue, avoid, restricted, age_s (how long ago the request

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 from redis.asyncio import Redis
 
-from scheduler.queue.keys import FIXED, NAMED, PoolKeys
+from scheduler.queue.keys import FIXED, LAYOUT, NAMED, PoolKeys
 from scheduler.queue.records import pack_lease, parse_lease
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Lease, Ticket
@@ -69,3 +69,9 @@ async def test_every_key_written_is_one_keys_py_builds(redis: Redis) -> None:
     # the paths ran: a grant pushed to the other replica's inbox, its lease recorded as the other's
     assert await redis.llen(keys.inbox(other)) == 1
     assert parse_lease(await redis.hget(keys.lease, "t2")).owner == other
+
+
+def test_a_pool_base_names_its_layout_so_other_layouts_keep_apart() -> None:
+    keys = PoolKeys("triage", "m")
+    assert keys.base == f"triage:{{m}}:q{LAYOUT}" and keys.queue == f"triage:{{m}}:q{LAYOUT}:queue"
+    assert keys.names(keys.lease) and not keys.names("triage:{m}:lease")  # the layout before: not ours

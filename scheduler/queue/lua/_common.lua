@@ -92,6 +92,11 @@ local function pack_lease(l)
                        l.class, l.score, l.pauses, l.tier, l.arrival}, '|')
 end
 
+-- The owner named in a lease record, without parsing the rest.
+local function lease_owner(record)
+  return string.match(record, '^[^|]*|([^|]*)') or ''
+end
+
 local function parse_lease(record)
   local f = fields(record)
   return {backend = f[1], owner = f[2], predicted = tonumber(f[3]) or 0,

@@ -65,7 +65,7 @@ local function lapse_leases(C, flat)
   local cutoff = C.now - C.D.lease_ttl + C.D.owner_ttl
   for i = 1, #flat, 2 do
     local lid, record = flat[i], flat[i + 1]
-    local owner = string.match(record, '^[^|]*|([^|]*)') or ''
+    local owner = lease_owner(record)
     local gone = lapsed[owner]
     if gone == nil then
       gone = owner ~= C.me and tonumber(redis.call('ZSCORE', C.K.owners, owner) or '0') < cutoff

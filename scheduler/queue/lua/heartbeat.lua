@@ -50,7 +50,7 @@ for _, b in pairs(C.S.recs) do
 end
 local out = {redis.call('GET', K.epoch), tostring(granted)}
 for lid, record in pairs(leases) do
-  if not held[lid] and parse_lease(record).owner == me then
+  if not held[lid] and lease_owner(record) == me then
     out[#out + 1] = grant_message(lid, record)
   end
 end

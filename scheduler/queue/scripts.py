@@ -82,14 +82,14 @@ class Scripts:
     async def enqueue(
         self, keys: PoolKeys, me: str, ticket: Ticket, max_queue: int, max_tenant_queue: int
     ) -> EnqueueResult:
-        t = self._timing
+        t, base = self._timing, keys.base
         raw = await self._enqueue(
-            keys=[keys.base],
+            keys=[base],
             args=[
                 *self._common(me), ticket.id, ticket.model, ticket.tenant, ticket.cls, ticket.predicted,
                 ticket.timeout_s, ticket.tier, ticket.slack_s, ticket.tier_offset_s, ticket.cost_s,
                 t.max_slack_s, max_queue, max_tenant_queue, ticket.avoid, 1 if ticket.restricted else 0,
-                ticket.age_s, ticket.pauses, self._reach.get((keys.base, me), ""),
+                ticket.age_s, ticket.pauses, self._reach.get((base, me), ""),
             ],
         )
         return EnqueueResult(int(raw[0]), int(raw[1]), [parse_message(m) for m in raw[2:]])

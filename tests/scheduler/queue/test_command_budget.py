@@ -48,8 +48,7 @@ async def test_a_scheduled_request_costs_redis_at_most_twelve_commands(private: 
     keys = PoolKeys("budget", "p")
     for i in range(8):
         await scripts.set_backend(keys, ME, BackendRecord(f"b{i}", 4, models=("m",)))
-    ticket = Ticket("warm", "m", "default", "short", 20, 0.0, "interactive", 0.0)
-    granted = await scripts.enqueue(keys, ME, ticket, 0, 0)  # scripts loaded
+    await scripts.enqueue(keys, ME, Ticket("warm", "m", "default", "short", 20, 0.0, "interactive", 0.0), 0, 0)  # scripts loaded
     await scripts.release(keys, ME, "warm")
 
     before = await calls(private)

@@ -40,45 +40,63 @@ async def test_running_never_exceeds_max_num_seqs() -> None:
     assert stats["running"] == stats["waiting"] == 0
 
 
-async def finish_order(mode: BatchingMode) -> list[str]:
-    """A long request starts alone; a short one arrives once the long one streams."""
+async def served_beside_a_long_one(mode: BatchingMode) -> bool:
+    """Whether a short request is served while a long one streams.
+
+    The long one starts alone; once the engine holds the short one too, the long one is read
+    until the engine has generated ``steps`` more tokens (at least that many steps since the
+    short one arrived, by its own counter) and the engine is asked whether the short one has
+    completed. No clock: only the engine's own steps and counters.
+    """
+    steps = 50
     with running_simulator(SimSettings(profile="fast", mode=mode)) as url:
         client = client_for(url)
-        order: list[str] = []
         long_stream = await client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "long"}],
-            max_tokens=1000,  # seconds of decoding: the short one arrives well before the end
+            max_tokens=30_000,  # far more steps than the test reads: it is closed, never finished
             stream=True,
             extra_body={"ignore_eos": True},
         )
         chunks = long_stream.__aiter__()
-        async for chunk in chunks:
-            if chunk.choices and chunk.choices[0].delta.content:
-                break
 
-        async def drain_long() -> None:
-            async for _ in chunks:
-                pass
-            order.append("long")
+        async def next_token() -> None:
+            async for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    return
+            raise AssertionError("the long stream ended")
 
-        async def short() -> None:
-            await client.chat.completions.create(
+        await next_token()
+        short = asyncio.create_task(
+            client.chat.completions.create(
                 model=MODEL,
                 messages=[{"role": "user", "content": "short"}],
                 max_tokens=3,
                 extra_body={"ignore_eos": True},
             )
-            order.append("short")
+        )
+        async with httpx.AsyncClient(base_url=url) as http:
 
-        await asyncio.gather(drain_long(), short())
+            async def stats() -> dict[str, int]:
+                return (await http.get("/sim/stats")).json()
+
+            while (seen := await stats())["total_requests"] < 2:
+                await next_token()
+            # the engine's own count, not the tokens read: those may have been made before
+            while (now := await stats())["tokens_generated"] < seen["tokens_generated"] + steps:
+                await next_token()
+            served = now["completed"] == 1
+            assert now["waiting"] == (0 if served else 1)
+            await long_stream.close()  # the long one is aborted; a waiting short one now runs
+            reply = await short
+            assert reply.usage is not None and reply.usage.completion_tokens == 3
         await client.close()
-        return order
+        return served
 
 
 async def test_continuous_batching_lets_a_short_request_overtake() -> None:
-    assert await finish_order(BatchingMode.CONTINUOUS) == ["short", "long"]
+    assert await served_beside_a_long_one(BatchingMode.CONTINUOUS)
 
 
 async def test_static_batching_makes_a_short_request_wait_for_the_batch() -> None:
-    assert await finish_order(BatchingMode.STATIC) == ["long", "short"]
+    assert not await served_beside_a_long_one(BatchingMode.STATIC)

@@ -21,7 +21,9 @@ class LimitSampler:
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="limit-sampler", daemon=True)
-        self.samples: list[dict[str, Any]] = []  # {"t", "backend", "limit", "in_flight", "waiting", "long_cap", "borrowed", "resume_cost"}
+        # {"t", "backend", "limit", "in_flight", "reason" (why the limit last changed), "state"
+        # (health), "running" and "waiting" (the engine's own), "long_cap", "borrowed", "resume_cost"}
+        self.samples: list[dict[str, Any]] = []
 
     def __enter__(self) -> LimitSampler:
         self._thread.start()
@@ -41,9 +43,11 @@ class LimitSampler:
                     continue
                 t = round(time.monotonic() - start, 2)
                 for b in backends if isinstance(backends, list) else backends.get("backends", []):
+                    engine = b.get("engine") or {}
                     self.samples.append({
                         "t": t, "backend": b["name"], "limit": b["limit"], "in_flight": b["in_flight"],
-                        "waiting": (b.get("engine") or {}).get("waiting"),
+                        "reason": b.get("limit_reason"), "state": b.get("state"),
+                        "running": engine.get("running"), "waiting": engine.get("waiting"),
                         "long_cap": b.get("long_cap"), "borrowed": b.get("borrowed"),
                         "resume_cost": b.get("resume_cost"),
                     })

@@ -287,7 +287,10 @@ class BackendRegistry:
                     backend.limiter.on_engine(engine_metrics.parse(metrics, backend.profile))
                     backend.costs.observe(metrics)
         self._record(backend, ok)
-        backend.limiter.tick()
+        before = backend.limiter.limit
+        if backend.limiter.tick():
+            log.info("backend %s limit %d -> %d: %s", backend.name, before, backend.limiter.limit,
+                     backend.limiter.last_reason)
         await self.publish(backend)
 
     async def _scrape(self, backend: BackendState) -> str | None:

@@ -16,7 +16,8 @@ from loadtests.client import RequestRecord
 from loadtests.limit_trace import LimitSampler, write_limit_plot
 from loadtests.plots import latency_cdf
 
-BACKEND = {"name": "b0", "limit": 12, "in_flight": 3, "engine": {"waiting": 5}, "long_cap": 4}
+BACKEND = {"name": "b0", "limit": 12, "in_flight": 3, "engine": {"running": 7, "waiting": 5}, "long_cap": 4,
+           "limit_reason": "engine is queueing", "state": "healthy"}
 
 
 class Admin(BaseHTTPRequestHandler):
@@ -59,8 +60,10 @@ def test_samples_both_shapes_and_skips_an_answer_that_is_not_json(admin: str) ->
     samples = sample(admin, answers, 2)
     assert len(samples) >= 2
     first = samples[0]
-    assert {k: first[k] for k in ("backend", "limit", "in_flight", "waiting", "long_cap", "borrowed")} == {
-        "backend": "b0", "limit": 12, "in_flight": 3, "waiting": 5, "long_cap": 4, "borrowed": None}
+    keys = ("backend", "limit", "in_flight", "reason", "state", "running", "waiting", "long_cap", "borrowed")
+    assert {k: first[k] for k in keys} == {
+        "backend": "b0", "limit": 12, "in_flight": 3, "reason": "engine is queueing", "state": "healthy",
+        "running": 7, "waiting": 5, "long_cap": 4, "borrowed": None}
     assert all(s["t"] >= 0 for s in samples)
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 
 import pytest
 
 from scheduler.backends.backend import BackendState
 from scheduler.backends.breaker import Health
+from scheduler.policy.limits import LimitParams
 from scheduler.queue import readback, records
 from scheduler.types import CallResult, ResumeCost
 from tests.scheduler.stack import (
@@ -95,6 +97,18 @@ async def test_failed_requests_open_the_breaker_and_overloads_do_not(make) -> No
 
     await eventually(down_in_redis)  # a change of health is published at once
     s.registry.report("gone", ok=False)  # an unknown backend (removed by a reload): ignored
+
+
+async def test_a_limit_that_moves_is_published_and_logged_with_its_reason(make, caplog) -> None:
+    s = await make(backend("a", max_concurrency=10, limit=LimitParams(initial=10, ceiling=10)))
+    s.registry.report("a", ok=False, overloaded=True)  # a 429: the next round cuts by 0.7
+    with caplog.at_level(logging.INFO, logger="triage.backends"):
+        await s.registry.probe_all()
+        assert (await published(s, "a")).limit == 7
+        assert "backend a limit 10 -> 7: backend answered 429/503" in caplog.text
+        caplog.clear()
+        await s.registry.probe_all()  # nothing new: the limit stays, and nothing is logged
+    assert (await published(s, "a")).limit == 7 and "limit" not in caplog.text
 
 
 async def test_measured_speed_is_published_per_slot(make) -> None:

@@ -173,26 +173,46 @@ def group_cpu_s(pgid: int, pid: int | None = None) -> float:
 def _gateway_costs(cfg: CompareConfig, base: LoadConfig, catalog: PromptCatalog, direct: tuple[str, ...],
                    redis_url: str, logs: Path, rounds: int, engine_pgid: int) -> dict[str, Any]:
     """Engine capacity (output tokens/s, closed loop) alone, beside an idle gateway process,
-    and through that gateway; the three interleaved ``rounds`` times, medians and ranges.
-    Through the gateway, also the CPU the gateway process and the engine each used."""
+    through that gateway, and through a gateway whose streams may be paused but never are
+    (``through_pausable_gateway``: preempt on, a pause budget of 0, the backends' resume
+    set: every stream asks the engine for its running count and its token ids, and the
+    gateway reads every chunk, as in a ``*_preempt`` arm); the four interleaved ``rounds``
+    times, medians and ranges. Through each gateway, also the CPU the gateway process and
+    the engine each used."""
     cfg = replace(cfg, capacity_rps=None)  # always measured here, even when --capacity is given
     conf = gateway_config(redis_url, f"cmpcost{uuid.uuid4().hex[:8]}", "fifo", list(direct), cfg.sim.model,
                           cfg.sim.max_num_seqs, free_port())
-    tps: dict[str, list[float]] = {"alone": [], "beside_idle_gateway": [], "through_gateway": []}
-    cores: dict[str, list[float]] = {"gateway": [], "engine": []}
+    pausable = gateway_config(redis_url, f"cmpcostp{uuid.uuid4().hex[:8]}", "fifo", list(direct), cfg.sim.model,
+                              cfg.sim.max_num_seqs, free_port(), {"preempt": True, "pause_budget": 0.0})
+    for b in pausable["backends"]:
+        b["resume"] = cfg.resume
+    tps: dict[str, list[float]] = {"alone": [], "beside_idle_gateway": [], "through_gateway": [],
+                                   "through_pausable_gateway": []}
+    cores: dict[str, list[float]] = {"gateway": [], "engine": [], "pausable_gateway": [], "engine_pausable": []}
+
+    def through(child: Child, url: str, key: str, gateway_key: str, engine_key: str) -> None:
+        via = replace(base, target=replace(base.target, urls=(url,)))
+        pid = child._proc.pid if child._proc is not None else 0
+        g0, e0, t0 = group_cpu_s(0, pid), group_cpu_s(engine_pgid), time.monotonic()
+        tps[key].append(measure_capacity(cfg, via, catalog, (url,))["output_tps"])
+        wall = time.monotonic() - t0
+        cores[gateway_key].append(round((group_cpu_s(0, pid) - g0) / wall, 3))
+        cores[engine_key].append(round((group_cpu_s(engine_pgid) - e0) / wall, 3))
+
     for _ in range(rounds):
         tps["alone"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
         child = gateway(conf, "gateway-cost", logs)
         try:
             url = child.start("/ready")
             tps["beside_idle_gateway"].append(measure_capacity(cfg, base, catalog, direct)["output_tps"])
-            via = replace(base, target=replace(base.target, urls=(url,)))
-            pid = child._proc.pid if child._proc is not None else 0
-            g0, e0, t0 = group_cpu_s(0, pid), group_cpu_s(engine_pgid), time.monotonic()
-            tps["through_gateway"].append(measure_capacity(cfg, via, catalog, (url,))["output_tps"])
-            wall = time.monotonic() - t0
-            cores["gateway"].append(round((group_cpu_s(0, pid) - g0) / wall, 3))
-            cores["engine"].append(round((group_cpu_s(engine_pgid) - e0) / wall, 3))
+            through(child, url, "through_gateway", "gateway", "engine")
+        except StackError as exc:
+            raise CompareError(str(exc)) from None
+        finally:
+            child.stop()
+        child = gateway(pausable, "gateway-cost-pausable", logs)
+        try:
+            through(child, child.start("/ready"), "through_pausable_gateway", "pausable_gateway", "engine_pausable")
         except StackError as exc:
             raise CompareError(str(exc)) from None
         finally:
@@ -200,7 +220,7 @@ def _gateway_costs(cfg: CompareConfig, base: LoadConfig, catalog: PromptCatalog,
     out: dict[str, Any] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "values": v}
                            for k, v in tps.items()}
     alone = [max(x, 1e-9) for x in tps["alone"]]
-    for key in ("beside_idle_gateway", "through_gateway"):
+    for key in ("beside_idle_gateway", "through_gateway", "through_pausable_gateway"):
         ratios = [round(x / a, 3) for x, a in zip(tps[key], alone, strict=True)]  # paired within a round
         out[f"{key}_ratio"] = {"median": statistics.median(ratios), "values": ratios}
     out["cores_used_through_gateway"] = cores  # CPU seconds per second of the run, per process (group)

@@ -5,9 +5,17 @@ written straight with ``gguf``'s writer (llama.cpp's ``convert_hf_to_gguf.py`` r
 tokenizer whose pre-tokenizer it does not know by hash, and the word-level vocabulary of
 ``tiny_model.py`` has no GGUF form). The tokenizer is a byte-level BPE trained on the prompt
 file (GPT-2's pre-tokenizer, which llama.cpp implements as ``gpt-2``), so any text encodes.
-Its catch, the reason ``tiny_model.py`` is word-level: random weights emit byte sequences
-that are not UTF-8, so the text of a generation may re-encode to other tokens. A resume on
-llama.cpp therefore sends token ids, never text.
+Its catch, the reason ``tiny_model.py`` is word-level: the text of a generation may
+re-encode to other tokens (BPE merges are not unique), so a resume on llama.cpp sends
+token ids, never text.
+
+Random weights would also emit tokens that print nothing: a lone byte of a multi-byte
+character, or a control token. llama.cpp holds a stream's text back while it ends in an
+unfinished UTF-8 character, so a run of such bytes kept some replies silent for hundreds
+of tokens (seen: the first text after 269 of 321 tokens), and a benchmark's TTFT measured
+that run's decode time, not the wait for a slot. Those tokens' rows of ``output.weight``
+are zero (``muted``), so their logit is 0 where the others' are random: greedy decoding
+never picks one, and every token a reply makes is text of its own.
 
 The weights are drawn from a seeded normal distribution (numpy), so two builds with one
 seed are equal. Runs under llama.cpp's own venv (gguf, tokenizers, numpy):
@@ -28,6 +36,41 @@ except ImportError:  # imported as part of the project
     from loadtests.engines.tiny_model import CHAT_TEMPLATE, SHAPE, SPECIAL, VOCAB_SIZE, _texts, run
 
 CONTEXT = 16384
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: the printable character that stands for each byte."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]  # printable as themselves
+    chars = {b: chr(b) for b in keep}
+    for n, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + n)
+    return chars
+
+
+_CHAR_OF = _byte_chars()
+_BYTE_OF = {c: b for b, c in _CHAR_OF.items()}
+
+
+def byte_level(raw: bytes) -> str:
+    """A byte string as a byte-level BPE token spells it."""
+    return "".join(_CHAR_OF[b] for b in raw)
+
+
+def muted(tokens: list[str], eos: str = "</s>") -> list[int]:
+    """The ids of the tokens that print nothing by themselves: control tokens (but the
+    end of sequence, which ``ignore_eos`` already bans) and tokens whose bytes are not
+    whole UTF-8 (part of a character)."""
+    out = []
+    for i, token in enumerate(tokens):
+        if token in SPECIAL:
+            if token != eos:
+                out.append(i)
+            continue
+        try:
+            bytes(_BYTE_OF[c] for c in token).decode("utf-8")
+        except (KeyError, UnicodeDecodeError):
+            out.append(i)
+    return out
 
 
 def train_tokenizer(corpus: Path, vocab_size: int = VOCAB_SIZE) -> tuple[list[str], list[str]]:
@@ -109,13 +152,16 @@ def build(out: Path, corpus: Path, seed: int = 0) -> dict[str, object]:
         tensor(f"blk.{i}.ffn_up.weight", rand(ff, hidden))
         tensor(f"blk.{i}.ffn_down.weight", rand(hidden, ff))
     tensor("output_norm.weight", ones(hidden))
-    tensor("output.weight", rand(vocab, hidden))
+    head = rand(vocab, hidden)
+    silent = muted(tokens)
+    head[silent] = 0.0  # logit 0 against random ones: greedy decoding never picks them
+    tensor("output.weight", head)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     summary = {
-        "seed": seed, "parameters": params, "vocab_size": vocab, "corpus": str(corpus),
+        "seed": seed, "parameters": params, "vocab_size": vocab, "muted_tokens": len(silent), "corpus": str(corpus),
         "corpus_sha256": hashlib.sha256(corpus.read_bytes()).hexdigest(),
     }  # fmt: skip
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))

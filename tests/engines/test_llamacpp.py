@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 
 from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp
-from loadtests.engines.vllm import EngineUnavailable, metric, parse_metrics
+from loadtests.engines.tiny_model import _texts
+from loadtests.engines.vllm import CORPUS, EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
 from scheduler.queue.keys import PoolKeys
 from tests.engines.calls import (
@@ -325,3 +326,31 @@ async def test_the_length_sidecar_stops_llamacpps_replies_at_their_length(llama:
                     "model": llama.model, "prompt": [head, 11, 12, 13]}))
     assert count > 0 and "Tell me about queues." in rendered
     assert [a.json()["usage"]["completion_tokens"] for a in answers] == [23, 17, 23 - count, 17 - count, 20, 14]
+
+
+async def test_every_token_of_a_reply_is_text_from_the_first(llama: LlamaServer) -> None:
+    """The tiny model never makes a token that prints nothing (part of a character, a control
+    token): llama.cpp would hold the stream's text back behind it, and a benchmark's TTFT
+    would measure that silence's decode time instead of the wait for a slot. Each of a
+    dozen corpus prompts streams its first text with its first token, and one chunk of text
+    per token."""
+    prompts = list(_texts(CORPUS, 12))
+
+    async def one(http: httpx.AsyncClient, prompt: str) -> list[tuple[int, str]]:
+        body = {"model": llama.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 120,
+                "ignore_eos": True, "temperature": 0.0, "stream": True, "timings_per_token": True}
+        made = 0
+        texts: list[tuple[int, str]] = []  # (tokens made when it came, text)
+        for e in events(await stream(http, llama.url, body)):
+            made = (e.get("timings") or {}).get("predicted_n", made)
+            for c in e["choices"]:
+                if (c.get("delta") or {}).get("content"):
+                    texts.append((made, c["delta"]["content"]))
+        return texts
+
+    async with httpx.AsyncClient(timeout=120, trust_env=False) as http:
+        replies = await asyncio.gather(*(one(http, p) for p in prompts))
+    assert len(replies) == 12
+    for texts in replies:
+        assert texts[0][0] == 1  # the first token's text came with it
+        assert [made for made, _ in texts] == list(range(1, 121))  # one chunk of text per token

@@ -42,3 +42,20 @@ def test_the_tiny_gguf_is_a_llama_with_a_byte_level_vocabulary(tmp_path: Path) -
     assert summary["vocab_size"] == tiny_gguf.VOCAB_SIZE and summary["seed"] == 3
     assert bytes(reader.fields["general.architecture"].parts[-1]).decode() == "llama"
     assert bytes(reader.fields["tokenizer.ggml.model"].parts[-1]).decode() == "gpt2"
+    # the tokens that print nothing have a zero row in the output head: greedy decoding never picks one
+    head = next(t for t in reader.tensors if t.name == "output.weight").data
+    tokens = [bytes(reader.fields["tokenizer.ggml.tokens"].parts[i]).decode() for i in
+              reader.fields["tokenizer.ggml.tokens"].data]
+    silent = tiny_gguf.muted(tokens)
+    assert summary["muted_tokens"] == len(silent) > 0
+    assert not head[silent].any() and head[[i for i in range(len(tokens)) if i not in set(silent)]].any(axis=1).all()
+
+
+def test_the_tokens_that_print_nothing_are_control_tokens_and_parts_of_characters() -> None:
+    """Byte-level tokens spell bytes as GPT-2's printable characters; a token is muted when
+    its bytes are not whole UTF-8, or it is a control token other than the end of sequence."""
+    b = tiny_gguf.byte_level
+    assert b(b"the") == "the" and b(b" the") == "\u0120the" and b(" \u00e9".encode()) == "\u0120\u00c3\u00a9"
+    tokens = [b(b" the"), b(" \u00e9".encode()), b("\u00e9".encode()[:1]), b("\u20ac".encode()[:2]), b("\u20ac".encode()[1:]),
+              "<s>", "</s>", "<|user|>", b(b"\n")]
+    assert tiny_gguf.muted(tokens) == [2, 3, 4, 5, 7]

@@ -35,7 +35,7 @@ class RequestRecord:
     error: str | None = None  # failure label: "http_503", "timeout", "cancelled", ...
     status: int | None = None
     served_class: str | None = None  # x-triage-class, when the target is a Triage gateway
-    queue_ms: float | None = None  # x-triage-queue-ms
+    queue_ms: float | None = None  # x-triage-queue-ms (a stream queued past its start: the trailer comment)
     tenant: str | None = None
 
     @property
@@ -111,6 +111,11 @@ def _failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+# A gateway stream queued past its start sends its 200 before any grant, so its queue wait,
+# which no header could carry, comes as a comment before ``[DONE]``
+QUEUE_TRAILER = b": x-triage-queue-ms="
+
+
 class Sender:
     """Sends planned requests through one pooled ``httpx.AsyncClient``."""
 
@@ -164,6 +169,9 @@ class Sender:
             *events, buffer = buffer.split(b"\n\n")
             for event in events:
                 payload = event.strip()
+                if payload.startswith(QUEUE_TRAILER):  # a stream that started while queued tells its wait last
+                    meta["queue_ms"] = _float(payload[len(QUEUE_TRAILER):].decode(errors="replace"))
+                    continue
                 if not payload.startswith(b"data:"):
                     continue
                 payload = payload[5:].strip()

@@ -20,6 +20,9 @@ TOO_HIGH = 16  # the *_high modes configure a limit this many times the engine's
 # mode -> the gateway's policy, other settings, and backend settings it runs with
 GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "fifo": ("fifo", {}, {}),
+    # FIFO again, as a second arm of the same run: the spread between two identical arms is
+    # the noise any per-repeat bound between arms is read against (an A/A control)
+    "fifo_twin": ("fifo", {}, {}),
     "short_first": ("short_first", {}, {}),
     "oracle": ("oracle", {}, {}),
     "short_first_reserved": ("short_first", {"reserve_slots": True}, {}),

@@ -56,6 +56,8 @@ METRICS = (
     ("short E2E mean (s)", "short", "e2e_mean_s"),
     ("medium E2E mean (s)", "medium", "e2e_mean_s"),
     ("long E2E p99 (s)", "long", "e2e_p99_s"),
+    ("short queue wait p99 (ms)", "short", "queue_p99_ms"),
+    ("long queue wait p99 (ms)", "long", "queue_p99_ms"),
     ("output tok/s", "overall", "output_tps"),
     ("requests ok", "overall", "count"),
     ("failed", "overall", "failed"),
@@ -131,6 +133,12 @@ def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("medium E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "medium", "e2e_p99_s"),
         ("engine prompt tokens computed, short_first_preempt / fifo", "short_first_preempt", "fifo", "engine",
          "prompt_computed"),
+        # the A/A control: two FIFO arms of the same run, as far apart as noise puts them
+        ("short TTFT p99, fifo_twin / fifo", "fifo_twin", "fifo", "short", "ttft_p99_s"),
+        ("short E2E mean, fifo_twin / fifo", "fifo_twin", "fifo", "short", "e2e_mean_s"),
+        ("medium E2E p99, fifo_twin / fifo", "fifo_twin", "fifo", "medium", "e2e_p99_s"),
+        ("long E2E p99, fifo_twin / fifo", "fifo_twin", "fifo", "long", "e2e_p99_s"),
+        ("output TPS, fifo_twin / fifo", "fifo_twin", "fifo", "overall", "output_tps"),
         ("short TTFT p99, short_first_preempt / oracle_preempt", "short_first_preempt", "oracle_preempt", "short",
          "ttft_p99_s"),
     )

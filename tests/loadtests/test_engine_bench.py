@@ -110,3 +110,11 @@ def test_keeping_apart_moves_this_process_off_the_engines_cpus_and_refuses_to_le
             assert keep_apart(engine) == mine - engine and os.sched_getaffinity(0) == mine - engine
     finally:
         os.sched_setaffinity(0, mine)
+
+
+def test_the_a_a_rows_pair_the_fifo_twin_with_fifo_within_each_repeat() -> None:
+    twins = [dict(row("fifo_twin", r["repeat"], r["classes"]["short"]["ttft_p99_s"] * 1.5, 100.0))
+             for r in RUNS if r["mode"] == "fifo"]
+    ratios = {r["ratio"]: r for r in paired_ratios(RUNS + twins)}
+    assert ratios["short TTFT p99, fifo_twin / fifo"]["values"] == [1.5, 1.5, 1.5]
+    assert ratios["output TPS, fifo_twin / fifo"]["values"] == [1.0, 1.111, 1.25]

@@ -62,3 +62,8 @@ def test_only_oracle_modes_are_sent_the_true_length() -> None:
     assert [m for m in MODES if uses_oracle(m)] == [
         "oracle", "oracle_reserved", "static_high_oracle", "adaptive_high_oracle", "oracle_preempt"]
     assert conf("oracle")["allow_oracle"] is True and conf("short_first")["allow_oracle"] is False
+
+
+def test_the_fifo_twin_is_fifo_again_an_a_a_control() -> None:
+    assert conf("fifo_twin") == conf("fifo")
+    assert compare_config(parse("--modes", "fifo,fifo_twin")).modes == ("fifo", "fifo_twin")

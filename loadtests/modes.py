@@ -23,6 +23,10 @@ GATEWAY_MODES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # FIFO again, as a second arm of the same run: the spread between two identical arms is
     # the noise any per-repeat bound between arms is read against (an A/A control)
     "fifo_twin": ("fifo", {}, {}),
+    # FIFO whose streams may be paused but never are (a pause budget of 0): every stream asks
+    # its engine for what a pause would need and the gateway reads every chunk, so this arm
+    # against fifo is what being pausable costs, apart from pausing itself
+    "fifo_pausable": ("fifo", {"preempt": True, "pause_budget": 0.0}, {"resume": "vllm"}),
     "short_first": ("short_first", {}, {}),
     "oracle": ("oracle", {}, {}),
     "short_first_reserved": ("short_first", {"reserve_slots": True}, {}),

@@ -139,6 +139,13 @@ def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("medium E2E p99, fifo_twin / fifo", "fifo_twin", "fifo", "medium", "e2e_p99_s"),
         ("long E2E p99, fifo_twin / fifo", "fifo_twin", "fifo", "long", "e2e_p99_s"),
         ("output TPS, fifo_twin / fifo", "fifo_twin", "fifo", "overall", "output_tps"),
+        # what being pausable costs, pausing aside
+        ("short E2E mean, fifo_pausable / fifo", "fifo_pausable", "fifo", "short", "e2e_mean_s"),
+        ("long E2E p99, fifo_pausable / fifo", "fifo_pausable", "fifo", "long", "e2e_p99_s"),
+        ("output TPS, fifo_pausable / fifo", "fifo_pausable", "fifo", "overall", "output_tps"),
+        # what the order alone does, pausing aside
+        ("short E2E mean, short_first / fifo", "short_first", "fifo", "short", "e2e_mean_s"),
+        ("long E2E p99, short_first / fifo", "short_first", "fifo", "long", "e2e_p99_s"),
         ("short TTFT p99, short_first_preempt / oracle_preempt", "short_first_preempt", "oracle_preempt", "short",
          "ttft_p99_s"),
     )

@@ -46,7 +46,7 @@ def test_preempt_modes_preempt_and_their_backends_resume_like_vllm(mode: str, po
 
 def test_other_modes_get_no_resume_setting() -> None:
     for mode in GATEWAY_MODES:
-        if not mode.endswith("_preempt"):
+        if not mode.endswith("_preempt") and mode != "fifo_pausable":
             assert all("resume" not in b for b in conf(mode)["backends"]), mode
     high = conf("adaptive_high")
     assert [(b["max_concurrency"], b["adaptive"]) for b in high["backends"]] == [(128, True), (128, True)]
@@ -67,3 +67,11 @@ def test_only_oracle_modes_are_sent_the_true_length() -> None:
 def test_the_fifo_twin_is_fifo_again_an_a_a_control() -> None:
     assert conf("fifo_twin") == conf("fifo")
     assert compare_config(parse("--modes", "fifo,fifo_twin")).modes == ("fifo", "fifo_twin")
+
+
+def test_fifo_pausable_is_fifo_whose_streams_may_be_paused_but_never_are() -> None:
+    c = conf("fifo_pausable")
+    assert c["policy"] == "fifo" and c["preempt"] is True and c["pause_budget"] == 0.0
+    assert [b["resume"] for b in c["backends"]] == ["vllm", "vllm"]
+    assert {k: v for k, v in c.items() if k not in ("preempt", "pause_budget", "backends")} == {
+        k: v for k, v in conf("fifo").items() if k not in ("preempt", "pause_budget", "backends")}

@@ -9,6 +9,10 @@ sees a length (clients send no ``max_tokens``; the table lives in the sidecar on
 Run-to-run spread on a shared machine is large, so each mode runs ``--repeats`` times,
 interleaved (repeat 1 runs every mode, then repeat 2, each repeat in a rotated order)
 so drifting machine noise hits every arm alike; the report gives medians with ranges.
+Every arm replays the same prompts, so an engine that keeps prompts cached across requests
+(llama.cpp's host-memory prompt cache, vLLM's prefix cache) would serve every arm but the
+first from what the arms before it left; where the engine can be reset (llama.cpp: a
+restart, under a second) it is, before each arm, and the report says whether it was.
 
 Before the runs it measures the engine's capacity three ways, closed-loop with every
 batch slot busy: straight to the sidecar; the same with an idle gateway process
@@ -293,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
             order = cfg.modes[rep % len(cfg.modes):] + cfg.modes[: rep % len(cfg.modes)]
             for load in cfg.loads:
                 for mode in order:
+                    if engine.reset is not None:
+                        engine.reset()  # no arm finds the prompts of the arm before it cached
                     counters, load_before = engine.metrics(), os.getloadavg()
                     row, records = run_arm(cfg, workload, catalog, mode, load, load * capacity["rps"], None,
                                            direct, redis_url, thresholds, logs, trained)
@@ -311,7 +317,8 @@ def run(args: argparse.Namespace) -> int:
                    "modes": list(cfg.modes), "repeats": args.repeats, "max_num_seqs": cfg.sim.max_num_seqs,
                    "duration_s": cfg.duration_s, "warmup_s": cfg.warmup_s, "drain_s": cfg.drain_s,
                    "predictor_training_s": cfg.train_s, "seed": cfg.seed, "class_thresholds": list(thresholds),
-                   "length_stop": "sidecar (loadtests/engines/length_proxy.py): max_tokens + ignore_eos"},
+                   "length_stop": "sidecar (loadtests/engines/length_proxy.py): max_tokens + ignore_eos",
+                   "engine_reset_before_each_arm": engine.reset is not None},
         "machine": {"at_start": at_start, "at_end": machine(), "engine_start_s": round(started_s, 1),
                     "engine_cpus": sorted(args.engine_cpus), "other_cpus": sorted(rest)},
         "capacity": capacity,

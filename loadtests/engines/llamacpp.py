@@ -108,6 +108,8 @@ class LlamaServer:
     proc: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
+    spec: LlamaSpec | None = None  # how it was started (None: it cannot be started again)
+    engine: LlamaCpp | None = None
 
     def metrics(self) -> dict[str, float]:
         """llama-server's own ``/metrics`` as ``name{labels} -> value`` (comments dropped)."""
@@ -116,15 +118,30 @@ class LlamaServer:
     def stop(self, grace_s: float = 10.0) -> None:
         stop_group(self.proc, grace_s)
 
+    def restart(self) -> float:
+        """Stop the server and start it again at the same address: its slots and its
+        host-memory prompt cache (``--cache-ram``, on by default) start empty, its counters
+        at zero. Returns the seconds the start took."""
+        if self.spec is None or self.engine is None:
+            raise EngineUnavailable("this llama-server was not started here: it cannot be restarted")
+        self.stop()
+        port = int(self.url.rsplit(":", 1)[1])
+        self.proc, self.started_s = _spawn(self.spec, self.engine, port, self.log_path, append=True)
+        return self.started_s
+
+
+def _spawn(spec: LlamaSpec, engine: LlamaCpp, port: int, log_path: Path,
+           append: bool = False) -> tuple[subprocess.Popen[bytes], float]:
+    env = dict(os.environ, LD_LIBRARY_PATH=str(engine.lib_dir))
+    return spawn_healthy(spec.argv(engine, port), env, log_path, f"http://127.0.0.1:{port}/health",
+                         spec.start_timeout_s, "llama-server", every_s=0.2, append=append)
+
 
 def start(spec: LlamaSpec, engine: LlamaCpp, log_path: Path) -> LlamaServer:
     """Spawn the server and wait (bounded) until ``/health`` answers 200 (503 while loading)."""
     port = spec.port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, LD_LIBRARY_PATH=str(engine.lib_dir))
-    proc, took = spawn_healthy(spec.argv(engine, port), env, log_path, f"{url}/health", spec.start_timeout_s,
-                               "llama-server", every_s=0.2)
-    return LlamaServer(url, MODEL_NAME, proc, log_path, took)
+    proc, took = _spawn(spec, engine, port, log_path)
+    return LlamaServer(f"http://127.0.0.1:{port}", MODEL_NAME, proc, log_path, took, spec, engine)
 
 
 @contextmanager

@@ -27,14 +27,15 @@ def run_writer(cmd: Sequence[str], what: str, timeout_s: float = 600.0) -> None:
 
 def spawn_healthy(
     argv: Sequence[str], env: dict[str, str], log_path: Path, health_url: str, timeout_s: float, name: str,
-    every_s: float = 0.5,
+    every_s: float = 0.5, append: bool = False,
 ) -> tuple[subprocess.Popen[bytes], float]:
     """Start ``argv`` (output to ``log_path``) and wait until ``health_url`` answers 200;
     returns the process and the seconds it took. ``EngineUnavailable`` (the log's tail
-    included) when it exits first or does not answer within ``timeout_s``."""
+    included) when it exits first or does not answer within ``timeout_s``. ``append``: the
+    log goes on after what an earlier start wrote."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    with log_path.open("wb") as log:
+    with log_path.open("ab" if append else "wb") as log:
         proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = began + timeout_s
     with httpx.Client(timeout=5, trust_env=False) as client:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loadtests.compare_options import CompareConfig, CompareError
 from loadtests.engines import llamacpp
@@ -30,6 +30,8 @@ from loadtests.engines.vllm import (
     running_vllm,
     vllm_version,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,10 @@ class Engine:
     resume: str  # the backends' ``resume`` in the modes that pause
     tokenize: str  # its /tokenize dialect, for the sidecar
     model: str  # what was served
+    # brings it back to a fresh start's state before each measured arm (its caches empty),
+    # so that no arm finds the prompts an earlier arm left cached (every arm replays the
+    # same trace); None: it cannot be, and later arms find them
+    reset: Callable[[], None] | None = None
 
 
 def keep_apart(engine_cpus: set[int]) -> set[int]:
@@ -96,16 +102,13 @@ def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Pat
             gguf = llamacpp.build_model(found, model_path)
             # every slot holds a prompt and the longest reply of the workload
             spec = llamacpp.LlamaSpec(gguf, parallel=cfg.sim.max_num_seqs, ctx_size=cfg.sim.max_num_seqs * 16384)
-            mine = os.sched_getaffinity(0)
-            if cpus:
-                os.sched_setaffinity(0, cpus)  # its threads are made at start: started there, they stay there
-            try:
-                server = stack.enter_context(llamacpp.running_llamacpp(spec, found, logs / "llama-server.log"))
-            finally:
-                os.sched_setaffinity(0, mine)
+            server = _on_cpus(cpus, lambda: stack.enter_context(
+                llamacpp.running_llamacpp(spec, found, logs / "llama-server.log")))
+            # a restart takes well under a second and empties its slots and its prompt cache
             return Engine(llamacpp.version(found), server.url, server.proc.pid, server.started_s, server.metrics,
                           LLAMACPP_COUNTERS, "llamacpp", "llamacpp",
-                          "tiny random-weight Llama as GGUF (loadtests/engines/tiny_gguf.py)")
+                          "tiny random-weight Llama as GGUF (loadtests/engines/tiny_gguf.py)",
+                          reset=lambda: _on_cpus(cpus, server.restart))
         python = find_python()
         version = vllm_version(python)
         spec_v = VllmSpec(model_dir=build_model(python, model_path), max_num_seqs=cfg.sim.max_num_seqs,
@@ -117,6 +120,18 @@ def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Pat
     except EngineUnavailable as exc:
         raise CompareError(str(exc)) from None
 
+
+
+def _on_cpus(cpus: set[int] | None, start: Callable[[], T]) -> T:
+    """``start()`` with this process on ``cpus`` (None or empty: where it is): the threads
+    an engine makes at start stay where they were made."""
+    mine = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        return start()
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def engine_accounting(before: dict[str, float], after: dict[str, float], records: list[dict[str, Any]],

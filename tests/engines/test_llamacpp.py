@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from loadtests.engines.length_proxy import LengthProxy
-from loadtests.engines.llamacpp import LlamaServer, LlamaSpec, build_model, find, running_llamacpp
+from loadtests.engines.llamacpp import LlamaCpp, LlamaServer, LlamaSpec, build_model, find, running_llamacpp
 from loadtests.engines.tiny_model import _texts
 from loadtests.engines.vllm import CORPUS, EngineUnavailable, metric, parse_metrics
 from scheduler import tasks
@@ -48,12 +49,18 @@ LONG = 15000  # output tokens: a request that holds its slot until cancelled
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[LlamaCpp, Path]:
+    """The installed llama.cpp and the tiny GGUF it serves."""
     try:
         engine = find()
-        model = build_model(engine, tmp_path_factory.mktemp("tiny-gguf"))
+        return engine, build_model(engine, tmp_path_factory.mktemp("tiny-gguf"))
     except EngineUnavailable as exc:
         pytest.skip(f"no llama.cpp to test against: {exc}")
+
+
+@pytest.fixture(scope="module")
+def llama(installed: tuple[LlamaCpp, Path]) -> Iterator[LlamaServer]:
+    engine, model = installed
     # 16k tokens a slot: a long request holds its slot for seconds, not one second
     with running_llamacpp(LlamaSpec(model, parallel=SLOTS, ctx_size=SLOTS * CTX_PER_SLOT), engine) as server:
         yield server
@@ -354,3 +361,31 @@ async def test_every_token_of_a_reply_is_text_from_the_first(llama: LlamaServer)
     for texts in replies:
         assert texts[0][0] == 1  # the first token's text came with it
         assert [made for made, _ in texts] == list(range(1, 121))  # one chunk of text per token
+
+
+def test_a_restart_empties_llamacpps_prompt_cache_at_the_same_address(
+    installed: tuple[LlamaCpp, Path], tmp_path: Path
+) -> None:
+    """The engine benchmark restarts llama.cpp before each arm: every arm replays the same
+    prompts, and llama.cpp keeps prompts cached across requests (its slots, and its
+    host-memory prompt cache), so without it every arm but the first would find its
+    prompts evaluated already."""
+    engine, model = installed
+    prompt = " ".join(f"item {i} of the list is a word" for i in range(60))
+
+    def evaluated(url: str) -> float:  # prompt tokens the engine evaluated for one request
+        before = metric(parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text), "llamacpp:prompt_tokens_total")
+        reply = httpx.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 1}, timeout=60)
+        assert reply.status_code == 200
+        after = metric(parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text), "llamacpp:prompt_tokens_total")
+        return after - before
+
+    with running_llamacpp(LlamaSpec(model, parallel=2, ctx_size=2 * 4096), engine, tmp_path / "llama.log") as server:
+        url, pid = server.url, server.proc.pid
+        whole = evaluated(url)
+        assert whole > 100
+        assert evaluated(url) < whole / 4  # cached: the engine evaluates (almost) nothing again
+        server.restart()
+        assert server.url == url and server.proc.pid != pid
+        assert evaluated(url) == whole  # a fresh start: the whole prompt again
+    assert (tmp_path / "llama.log").read_text().count("listening on " + url) == 2  # one log, both starts

@@ -9,10 +9,8 @@ sees a length (clients send no ``max_tokens``; the table lives in the sidecar on
 Run-to-run spread on a shared machine is large, so each mode runs ``--repeats`` times,
 interleaved (repeat 1 runs every mode, then repeat 2, each repeat in a rotated order)
 so drifting machine noise hits every arm alike; the report gives medians with ranges.
-Every arm replays the same prompts, so an engine that keeps prompts cached across requests
-(llama.cpp's host-memory prompt cache, vLLM's prefix cache) would serve every arm but the
-first from what the arms before it left; where the engine can be reset (llama.cpp: a
-restart, under a second) it is, before each arm, and the report says whether it was.
+Every arm replays the same prompts, so an engine that caches prompts across requests is
+reset before each arm where it can be (llama.cpp: a restart); the report says whether.
 
 Before the runs it measures the engine's capacity three ways, closed-loop with every
 batch slot busy: straight to the sidecar; the same with an idle gateway process

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from loadtests.modes import DEFAULT_MODES, MODES
+from loadtests.modes import DEFAULT_MODES, MODES, gateway_settings, is_mode
 from loadtests.options import UsageError, resolve_data_dir
 from loadtests.stack import SimSpec
 
@@ -50,7 +48,9 @@ class CompareConfig:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of every comparison, whatever its backends."""
     p.add_argument("--loads", default="0.7,0.9,1.1", help="fractions of capacity (default 0.7,0.9,1.1)")
-    p.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"subset of {','.join(MODES)}")
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                   help=f"subset of {','.join(MODES)}; MODE@KEY=VALUE[@...] is an arm of MODE with gateway "
+                        "settings of its own")
     p.add_argument("--duration", type=float, default=45.0, help="sending window per run, s (default 45)")
     p.add_argument("--drain", type=float, default=90.0, help="max wait for in-flight requests per run, s")
     p.add_argument("--warmup-s", type=float, default=5.0, help="exclude requests sent in the first T s")
@@ -82,8 +82,9 @@ def compare_config(args: argparse.Namespace) -> CompareConfig:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if not loads or any(x <= 0 for x in loads):
         raise UsageError("--loads: at least one load, each > 0")
-    if not modes or any(m not in MODES for m in modes):
-        raise UsageError(f"--modes: a comma-separated subset of {','.join(MODES)}")
+    if not modes or any(not is_mode(m) for m in modes):
+        raise UsageError(f"--modes: a comma-separated subset of {','.join(MODES)}, each optionally with "
+                         "@KEY=VALUE gateway settings of its own (e.g. short_first_preempt@max_slack_s=10)")
     if args.backends < 1 or args.max_num_seqs < 1 or args.duration <= 0:
         raise UsageError("--backends, --max-num-seqs and --duration must be positive")
     sim = SimSpec(args.profile, args.model, args.max_num_seqs, args.sim_time_scale)
@@ -97,24 +98,3 @@ def compare_config(args: argparse.Namespace) -> CompareConfig:
     return CompareConfig(args.workload, loads, modes, sim, args.backends, duration, drain, warmup, capacity_s,
                          args.capacity, args.seed, resolve_data_dir(args.data_dir), out,
                          Path(args.json) if args.json else out / "compare.json", args.quiet, train_s, settings)
-
-
-# Settings the comparison itself decides for each gateway it starts.
-_OWN_SETTINGS = frozenset({"host", "port", "redis_url", "key_prefix", "policy", "allow_oracle", "backends"})
-
-
-def gateway_settings(pairs: list[str]) -> dict[str, Any]:
-    """``["long_share_max=0.75", ...]`` -> ``{"long_share_max": 0.75}`` (values read as YAML)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"--gateway-set {pair!r}: expected KEY=VALUE, e.g. long_share_max=0.75")
-        if key in _OWN_SETTINGS:
-            raise UsageError(f"--gateway-set {key}: set by the comparison itself for each mode")
-        try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise UsageError(f"--gateway-set {key}: the value is not valid YAML") from None
-    return out

@@ -43,6 +43,7 @@ from loadtests.compare_runs import (
     train_predictor,
 )
 from loadtests.datasets import PromptCatalog
+from loadtests.engines.pairs import paired_ratios, value
 from loadtests.engines.under_test import engine_accounting, keep_apart, start_engine
 from loadtests.engines.vllm import MODEL_NAME
 from loadtests.length_table import FILE_NAME, write_length_table
@@ -92,20 +93,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--engine vllm: measure only what the gateway costs the engine, then stop")
 
 
-def _value(row: dict[str, Any], cls: str, key: str) -> float | None:
-    if cls == "limit":  # the gateway's adaptive limit, sampled every 0.5 s during the run
-        limits = [float(x["limit"]) for x in row.get("limit_trajectory") or [] if x.get("limit") is not None]
-        return statistics.median(limits) if limits else None
-    if cls == "tokens":
-        part = row.get("tokens") or {}
-    elif cls in ("pauses", "engine"):
-        part = row.get(cls) or {}
-    else:
-        part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}
-    value = part.get(key)
-    return None if value is None else float(value)
-
-
 def aggregate(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """mode -> metric label -> {median, min, max, n} over the repeats."""
     out: dict[str, dict[str, Any]] = {}
@@ -113,55 +100,9 @@ def aggregate(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, d
         rows = [r for r in runs if r["mode"] == mode]
         out[mode] = {}
         for label, cls, key in METRICS:
-            values = [v for v in (_value(r, cls, key) for r in rows) if v is not None]
+            values = [v for v in (value(r, cls, key) for r in rows) if v is not None]
             out[mode][label] = ({"median": statistics.median(values), "min": min(values), "max": max(values),
                                  "n": len(values)} if values else None)
-    return out
-
-
-def paired_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Ratios of two modes within each repeat (same noise), then their median and range."""
-    pairs = (
-        ("short TTFT p99, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "ttft_p99_s"),
-        ("short TTFT p99, fifo / short_first", "fifo", "short_first", "short", "ttft_p99_s"),
-        ("short E2E mean, fifo / short_first_preempt", "fifo", "short_first_preempt", "short", "e2e_mean_s"),
-        ("short E2E mean, fifo / short_first", "fifo", "short_first", "short", "e2e_mean_s"),
-        ("short E2E mean, short_first_preempt / fifo", "short_first_preempt", "fifo", "short", "e2e_mean_s"),
-        ("long E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "long", "e2e_p99_s"),
-        ("output TPS, short_first_preempt / fifo", "short_first_preempt", "fifo", "overall", "output_tps"),
-        ("output TPS, short_first_preempt / direct", "short_first_preempt", "direct", "overall", "output_tps"),
-        ("output TPS, fifo / direct", "fifo", "direct", "overall", "output_tps"),
-        ("short TTFT p99, direct / short_first_preempt", "direct", "short_first_preempt", "short", "ttft_p99_s"),
-        ("medium E2E p99, short_first_preempt / fifo", "short_first_preempt", "fifo", "medium", "e2e_p99_s"),
-        ("engine prompt tokens computed, short_first_preempt / fifo", "short_first_preempt", "fifo", "engine",
-         "prompt_computed"),
-        # the A/A control: two FIFO arms of the same run, as far apart as noise puts them
-        ("short TTFT p99, fifo_twin / fifo", "fifo_twin", "fifo", "short", "ttft_p99_s"),
-        ("short E2E mean, fifo_twin / fifo", "fifo_twin", "fifo", "short", "e2e_mean_s"),
-        ("medium E2E p99, fifo_twin / fifo", "fifo_twin", "fifo", "medium", "e2e_p99_s"),
-        ("long E2E p99, fifo_twin / fifo", "fifo_twin", "fifo", "long", "e2e_p99_s"),
-        ("output TPS, fifo_twin / fifo", "fifo_twin", "fifo", "overall", "output_tps"),
-        # what being pausable costs, pausing aside
-        ("short E2E mean, fifo_pausable / fifo", "fifo_pausable", "fifo", "short", "e2e_mean_s"),
-        ("long E2E p99, fifo_pausable / fifo", "fifo_pausable", "fifo", "long", "e2e_p99_s"),
-        ("output TPS, fifo_pausable / fifo", "fifo_pausable", "fifo", "overall", "output_tps"),
-        # what the order alone does, pausing aside
-        ("short E2E mean, short_first / fifo", "short_first", "fifo", "short", "e2e_mean_s"),
-        ("long E2E p99, short_first / fifo", "short_first", "fifo", "long", "e2e_p99_s"),
-        ("short TTFT p99, short_first_preempt / oracle_preempt", "short_first_preempt", "oracle_preempt", "short",
-         "ttft_p99_s"),
-    )
-    out = []
-    for name, num, den, cls, key in pairs:
-        values = []
-        for rep in sorted({r["repeat"] for r in runs}):
-            a = next((r for r in runs if r["repeat"] == rep and r["mode"] == num), None)
-            b = next((r for r in runs if r["repeat"] == rep and r["mode"] == den), None)
-            x, y = (_value(a, cls, key) if a else None), (_value(b, cls, key) if b else None)
-            if x is not None and y:
-                values.append(round(x / y, 3))
-        if values:
-            out.append({"ratio": name, "values": values, "median": statistics.median(values)})
     return out
 
 

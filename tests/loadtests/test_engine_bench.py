@@ -3,7 +3,8 @@ within a repeat (no engine needed: these are the pure parts)."""
 
 from __future__ import annotations
 
-from loadtests.engines.bench import aggregate, by_load, markdown, paired_ratios
+from loadtests.engines.bench import aggregate, by_load, markdown
+from loadtests.engines.pairs import paired_ratios
 
 
 def row(mode: str, repeat: int, ttft_p99: float, tps: float) -> dict:
@@ -118,3 +119,15 @@ def test_the_a_a_rows_pair_the_fifo_twin_with_fifo_within_each_repeat() -> None:
     ratios = {r["ratio"]: r for r in paired_ratios(RUNS + twins)}
     assert ratios["short TTFT p99, fifo_twin / fifo"]["values"] == [1.5, 1.5, 1.5]
     assert ratios["output TPS, fifo_twin / fifo"]["values"] == [1.0, 1.111, 1.25]
+
+
+def test_an_arm_with_settings_of_its_own_is_paired_with_its_mode_and_with_fifo() -> None:
+    arm = "short_first_preempt@slack_per_token_s=0.005"
+    tight = [dict(row(arm, r["repeat"], r["classes"]["short"]["ttft_p99_s"] * 2, r["overall"]["output_tps"]))
+             for r in RUNS if r["mode"] == "short_first_preempt"]
+    ratios = {r["ratio"]: r for r in paired_ratios(RUNS + tight)}
+    assert ratios[f"short TTFT p99, short_first_preempt / {arm}"]["values"] == [0.5, 0.5, 0.5]
+    assert ratios[f"short TTFT p99, fifo / {arm}"]["values"] == [2.0, 3.0, 1.0]
+    assert ratios[f"output TPS, {arm} / fifo"]["values"] == [0.95, 1.1, 1.0]
+    assert ratios[f"short E2E mean, {arm} / short_first_preempt"]["values"] == [1.0, 1.0, 1.0]
+    assert not any(r.startswith("long E2E p99") and arm in r for r in ratios)  # no long figure: no ratio

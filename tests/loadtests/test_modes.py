@@ -75,3 +75,28 @@ def test_fifo_pausable_is_fifo_whose_streams_may_be_paused_but_never_are() -> No
     assert [b["resume"] for b in c["backends"]] == ["vllm", "vllm"]
     assert {k: v for k, v in c.items() if k not in ("preempt", "pause_budget", "backends")} == {
         k: v for k, v in conf("fifo").items() if k not in ("preempt", "pause_budget", "backends")}
+
+
+def test_an_arm_may_carry_gateway_settings_of_its_own() -> None:
+    arm = "short_first_preempt@slack_per_token_s=0.005@max_slack_s=10"
+    assert compare_config(parse("--modes", f"fifo,short_first_preempt,{arm}")).modes == (
+        "fifo", "short_first_preempt", arm)
+    plain, own = conf("short_first_preempt"), conf(arm)
+    assert own["slack_per_token_s"] == 0.005 and own["max_slack_s"] == 10
+    assert {k: v for k, v in own.items() if k not in ("slack_per_token_s", "max_slack_s")} == plain
+    # the arm's own settings win over the mode's and over --gateway-set
+    assert conf("short_first_preempt@preempt=false")["preempt"] is False
+    assert conf("short_first@long_share_max=0.9")["long_share_max"] == 0.9
+    assert uses_oracle("oracle@max_slack_s=5") and not uses_oracle("short_first@max_slack_s=5")
+
+
+@pytest.mark.parametrize(("arm", "says"), [
+    ("direct@max_slack_s=5", "only a gateway mode"),
+    ("fifo@policy=oracle", "set by the comparison itself"),
+    ("fifo@max_slack_s", "expected KEY=VALUE"),
+    ("fifo@max_slack_s=[", "not valid YAML"),
+    ("no_such_mode@max_slack_s=5", "only a gateway mode"),
+])
+def test_an_arm_with_malformed_settings_is_refused_saying_why(arm: str, says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        compare_config(parse("--modes", f"fifo,{arm}"))

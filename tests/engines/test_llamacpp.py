@@ -373,19 +373,18 @@ def test_a_restart_empties_llamacpps_prompt_cache_at_the_same_address(
     engine, model = installed
     prompt = " ".join(f"item {i} of the list is a word" for i in range(60))
 
-    def evaluated(url: str) -> float:  # prompt tokens the engine evaluated for one request
-        before = metric(parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text), "llamacpp:prompt_tokens_total")
-        reply = httpx.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 1}, timeout=60)
+    def evaluated(server: LlamaServer) -> float:  # prompt tokens the engine evaluated for one request
+        before = metric(server.metrics(), "llamacpp:prompt_tokens_total")
+        reply = httpx.post(f"{server.url}/v1/completions", json={"prompt": prompt, "max_tokens": 1}, timeout=60)
         assert reply.status_code == 200
-        after = metric(parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text), "llamacpp:prompt_tokens_total")
-        return after - before
+        return metric(server.metrics(), "llamacpp:prompt_tokens_total") - before
 
     with running_llamacpp(LlamaSpec(model, parallel=2, ctx_size=2 * 4096), engine, tmp_path / "llama.log") as server:
         url, pid = server.url, server.proc.pid
-        whole = evaluated(url)
+        whole = evaluated(server)
         assert whole > 100
-        assert evaluated(url) < whole / 4  # cached: the engine evaluates (almost) nothing again
+        assert evaluated(server) < whole / 4  # cached: the engine evaluates (almost) nothing again
         server.restart()
         assert server.url == url and server.proc.pid != pid
-        assert evaluated(url) == whole  # a fresh start: the whole prompt again
+        assert evaluated(server) == whole  # a fresh start: the whole prompt again
     assert (tmp_path / "llama.log").read_text().count("listening on " + url) == 2  # one log, both starts

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from loadtests.modes import VARIANT
+from loadtests.modes import split_arm
 
 
 def value(row: dict[str, Any], cls: str, key: str) -> float | None:
@@ -76,9 +76,10 @@ def variant_pairs(arms: list[str]) -> tuple[tuple[str, str, str, str, str], ...]
     """The pairs of each arm with settings of its own: against its plain mode, then FIFO."""
     out = []
     for arm in arms:
-        if VARIANT not in arm:
+        mode, own = split_arm(arm)
+        if not own:
             continue
-        for base in dict.fromkeys((arm.split(VARIANT)[0], "fifo")):
+        for base in dict.fromkeys((mode, "fifo")):
             for label, cls, key, inverse in _VARIANT_FIGURES:
                 num, den = (base, arm) if inverse else (arm, base)
                 out.append((f"{label}, {num} / {den}", num, den, cls, key))

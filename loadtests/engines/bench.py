@@ -16,6 +16,11 @@ Before the runs it measures the engine's capacity three ways, closed-loop with e
 batch slot busy: straight to the sidecar; the same with an idle gateway process
 running beside it (the gateway shares the cores with the engine); and through that
 gateway. The ratios say what the gateway costs the engine here.
+
+The engine's speed is timed too (``speed.py``: the same fixed work straight to it) beside
+the capacity and before and after every arm: the report's last row says how fast the
+engine ran in each arm against the capacity's measurement (below 1: that arm ran at more
+than its nominal load).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from loadtests.compare_runs import (
     train_predictor,
 )
 from loadtests.datasets import PromptCatalog
+from loadtests.engines import speed
 from loadtests.engines.pairs import paired_ratios, value
 from loadtests.engines.under_test import engine_accounting, keep_apart, start_engine
 from loadtests.engines.vllm import MODEL_NAME
@@ -74,6 +80,7 @@ METRICS = (
     ("engine: prompt tokens computed", "engine", "prompt_computed"),
     ("engine: prefix-cache hit share", "engine", "hit_share"),
     ("engine: generated / delivered tokens", "engine", "generated_vs_delivered"),
+    ("engine speed, slower of before/after ÷ at capacity", "engine_speed", "vs_capacity"),
 )
 
 
@@ -222,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
             raise CompareError(str(exc)) from None
         base = load_config(cfg, workload, direct, 1.0, None)
         capacity = measure_capacity(cfg, base, catalog, direct)
-        log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s)")
+        capacity["engine_speed_tps"] = speed.measure(engine.url, MODEL_NAME)  # the fixed work, beside it
+        log(cfg, f"capacity: {capacity['rps']:.3f} req/s ({capacity.get('output_tps')} output tok/s); "
+                 f"engine speed {capacity['engine_speed_tps']} tok/s")
         costs = _gateway_costs(cfg, base, catalog, direct, redis_url, logs, args.cost_rounds, engine.pid)
         log(cfg, f"gateway cost: {costs}")
         if args.cost_only:
@@ -238,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
                 for mode in order:
                     if engine.reset is not None:
                         engine.reset()  # no arm finds the prompts of the arm before it cached
+                    fast_before = speed.measure(engine.url, MODEL_NAME)
                     counters, load_before = engine.metrics(), os.getloadavg()
                     row, records = run_arm(cfg, workload, catalog, mode, load, load * capacity["rps"], None,
                                            direct, redis_url, thresholds, logs, trained)
@@ -247,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
                     as_json = [record_json(r) for r in records]
                     row["tokens"] = token_accounting(as_json, cfg.warmup_s)
                     row["engine"] = engine_accounting(counters, engine.metrics(), as_json, engine.counters)
+                    row["engine_speed"] = speed.beside(fast_before, speed.measure(engine.url, MODEL_NAME),
+                                                       capacity["engine_speed_tps"])
                     runs.append(row)
                     write_records(cfg.out / "runs" / f"{mode}-{load}-r{rep}.jsonl", records)
     report = {

@@ -16,13 +16,13 @@ from loadtests.modes import split_arm
 
 def value(row: dict[str, Any], cls: str, key: str) -> float | None:
     """One figure of one run's row: ``cls`` names the part (a class, ``overall``, ``tokens``,
-    ``pauses``, ``engine``, or ``limit``: the median of the sampled adaptive limit)."""
+    ``pauses``, ``engine``, ``engine_speed``, or ``limit``: the median of the sampled adaptive limit)."""
     if cls == "limit":  # the gateway's adaptive limit, sampled every 0.5 s during the run
         limits = [float(x["limit"]) for x in row.get("limit_trajectory") or [] if x.get("limit") is not None]
         return statistics.median(limits) if limits else None
     if cls == "tokens":
         part = row.get("tokens") or {}
-    elif cls in ("pauses", "engine"):
+    elif cls in ("pauses", "engine", "engine_speed"):
         part = row.get(cls) or {}
     else:
         part = row["overall"] if cls == "overall" else row["classes"].get(cls) or {}

@@ -21,13 +21,14 @@ import json
 import os
 import statistics
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from loadtests.engines import llamacpp
-from loadtests.engines.under_test import keep_apart
+from loadtests.engines.under_test import keep_apart, on_cpus
 from scheduler.backends.engines import IDS_ASK
 from scheduler.types import ResumeMode
 
@@ -100,11 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     model = llamacpp.build_model(engine, args.out / "model")
     load_before = os.getloadavg()
     spec = llamacpp.LlamaSpec(model=model, parallel=args.streams)
-    rest = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)  # the server's threads are made where it starts
-    with llamacpp.running_llamacpp(spec, engine, args.out / "llama-server.log") as server:
-        os.sched_setaffinity(0, rest)
-        keep_apart(cpus)
+    keep_apart(cpus)  # this client off the engine's CPUs; the server started on them
+    with ExitStack() as stack:
+        server = on_cpus(cpus, lambda: stack.enter_context(
+            llamacpp.running_llamacpp(spec, engine, args.out / "llama-server.log")))
         rounds: list[dict[str, dict[str, float]]] = []
         for n, order in enumerate(orders(list(VARIANTS), args.rounds + 1)):
             measured = {v: asyncio.run(_round(server, v, args.streams, args.tokens)) for v in order}

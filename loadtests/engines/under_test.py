@@ -102,13 +102,13 @@ def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Pat
             gguf = llamacpp.build_model(found, model_path)
             # every slot holds a prompt and the longest reply of the workload
             spec = llamacpp.LlamaSpec(gguf, parallel=cfg.sim.max_num_seqs, ctx_size=cfg.sim.max_num_seqs * 16384)
-            server = _on_cpus(cpus, lambda: stack.enter_context(
+            server = on_cpus(cpus, lambda: stack.enter_context(
                 llamacpp.running_llamacpp(spec, found, logs / "llama-server.log")))
             # a restart takes well under a second and empties its slots and its prompt cache
             return Engine(llamacpp.version(found), server.url, server.proc.pid, server.started_s, server.metrics,
                           LLAMACPP_COUNTERS, "llamacpp", "llamacpp",
                           "tiny random-weight Llama as GGUF (loadtests/engines/tiny_gguf.py)",
-                          reset=lambda: _on_cpus(cpus, server.restart))
+                          reset=lambda: on_cpus(cpus, server.restart))
         python = find_python()
         version = vllm_version(python)
         spec_v = VllmSpec(model_dir=build_model(python, model_path), max_num_seqs=cfg.sim.max_num_seqs,
@@ -122,7 +122,7 @@ def start_engine(name: str, cfg: CompareConfig, model_dir: str | None, logs: Pat
 
 
 
-def _on_cpus(cpus: set[int] | None, start: Callable[[], T]) -> T:
+def on_cpus(cpus: set[int] | None, start: Callable[[], T]) -> T:
     """``start()`` with this process on ``cpus`` (None or empty: where it is): the threads
     an engine makes at start stay where they were made."""
     mine = os.sched_getaffinity(0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from simulator.metrics import Gauges, Metrics
 from simulator.profiles import Profile
@@ -23,6 +24,8 @@ from simulator.scheduler import Scheduler
 from simulator.sequence import Sequence
 
 MAX_LAG_S = 0.005
+
+log = logging.getLogger("triage.simulator")
 
 
 class Engine:
@@ -91,6 +94,11 @@ class Engine:
             if not plan.scheduled:
                 # Everything waiting is blocked (cannot happen with a sane profile, as the
                 # context window fits the KV cache); wait for the next arrival or abort.
+                log.warning(
+                    "the engine can schedule nothing: %d running, %d waiting, KV %d of %d used; "
+                    "it waits for the next arrival", len(scheduler.running), len(scheduler.waiting),
+                    scheduler.kv_used, self.profile.kv_capacity_tokens,
+                )
                 self._work.clear()
                 await self._work.wait()
                 deadline = loop.time()

@@ -6,9 +6,13 @@ starts, so the URL is usable as soon as the context is entered.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import socket
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -18,6 +22,10 @@ from uvicorn._types import ASGIApplication
 from simulator.server import quiet_injected_drops, uvicorn_config
 from simulator.settings import SimSettings
 
+log = logging.getLogger("triage.testing")
+
+STALL_S = 5.0  # a served loop that ran nothing this long is reported, with its thread's stack
+
 
 class _Server(uvicorn.Server):
     """Signals start-up through a thread event instead of being polled."""
@@ -25,15 +33,43 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
         super().__init__(config)
         self._ready = ready
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread_id = 0
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        self.loop, self.thread_id = asyncio.get_running_loop(), threading.get_ident()
         self._ready.set()
 
 
+def _watch(server: _Server, stop: threading.Event, stall_s: float) -> None:
+    """Report a served event loop that stops running callbacks (a blocking call on it, or
+    its thread starved): a test that then times out says where the server's thread was."""
+    loop = server.loop
+    assert loop is not None
+    while not stop.wait(1.0):
+        ran = threading.Event()
+        try:
+            loop.call_soon_threadsafe(ran.set)
+        except RuntimeError:  # the loop has closed
+            return
+        if ran.wait(stall_s) or stop.is_set():
+            continue
+        frame = sys._current_frames().get(server.thread_id)
+        where = "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(thread gone)\n"
+        log.warning("a served event loop ran nothing for %.1f s; its thread is at:\n%s", stall_s, where)
+        waited = stall_s
+        while not ran.wait(1.0) and not stop.is_set():
+            waited += 1.0
+        log.warning("the served event loop ran again after about %.0f s", waited)
+
+
 @contextlib.contextmanager
-def serving(config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Serve the uvicorn config that ``config_for(bound_port)`` returns; yield its base URL."""
+def serving(
+    config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1", port: int = 0, stall_s: float = STALL_S,
+) -> Iterator[str]:
+    """Serve the uvicorn config that ``config_for(bound_port)`` returns; yield its base URL.
+    A loop that runs nothing for ``stall_s`` is logged (``triage.testing``) with its stack."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -43,14 +79,21 @@ def serving(config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1"
     server = _Server(config_for(bound_port), ready)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="test-server", daemon=True)
     thread.start()
+    stop = threading.Event()
+    watch: threading.Thread | None = None
     try:
         if not ready.wait(timeout=30):
             raise RuntimeError("server did not start within 30 s")
+        watch = threading.Thread(target=_watch, args=(server, stop, stall_s), name="test-server-watch", daemon=True)
+        watch.start()
         yield f"http://{host}:{bound_port}"
     finally:
+        stop.set()
         server.should_exit = True
         thread.join(timeout=30)  # a loaded machine may take a while to shut a server down
         sock.close()
+        if watch is not None:
+            watch.join(timeout=5)
 
 
 def running_app(app: ASGIApplication, host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:

@@ -18,7 +18,16 @@ from redis.asyncio import Redis
 from gateway.server.embedded import EmbeddedRedis
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
-from tests.support import MODEL
+from tests.support import MODEL, pending_tasks
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that failed while its servers still run reports what every task waited on."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        report.sections.append(("pending asyncio tasks", pending_tasks()))
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
+import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -16,7 +18,10 @@ from scheduler.queue import readback
 from scheduler.queue.keys import PoolKeys
 from simulator.testing import running_app, serving
 
-__all__ = ["MODEL", "ROOT", "busy_is", "eventually", "progress_past", "queue_is", "running_app", "serving_gateway"]
+__all__ = [
+    "MODEL", "ROOT", "busy_is", "eventually", "pending_tasks", "progress_past", "queue_is", "running_app",
+    "serving_gateway",
+]
 
 MODEL = "sim-model"  # the model the shared simulator serves
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -64,3 +69,20 @@ def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str
                               timeout_graceful_shutdown=2, **options)
 
     return serving(config, settings.host)
+
+
+def pending_tasks(limit_chars: int = 40_000) -> str:
+    """Every unfinished asyncio task in this process, on any thread's loop, with where it
+    waits: what a test that timed out was waiting for (the test's own loop and every
+    server it started in a thread)."""
+    out = io.StringIO()
+    for task in [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]:
+        out.write(f"--- {task.get_name()}: {task.get_coro()!r}\n")
+        try:
+            task.print_stack(limit=12, file=out)
+        except Exception as exc:  # noqa: BLE001 - another thread's task moved on meanwhile
+            out.write(f"(stack unreadable: {exc!r})\n")
+        if out.tell() > limit_chars:
+            out.write("... (more tasks left out)\n")
+            break
+    return out.getvalue()

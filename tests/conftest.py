@@ -18,7 +18,10 @@ from redis.asyncio import Redis
 from gateway.server.embedded import EmbeddedRedis
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
+from tests import loop_guard
 from tests.support import MODEL, pending_tasks
+
+loop_guard.install()  # before any test's event loop is made
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -28,6 +31,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "call" and report.failed:
         report.sections.append(("pending asyncio tasks", pending_tasks()))
+
+
+@pytest.fixture(autouse=True)
+def no_descriptor_closed_behind_a_loop() -> Iterator[None]:
+    """A test that closed a socket an event loop still polls fails here, not in whichever
+    later test's connection gets that descriptor number and hangs (``tests/loop_guard.py``)."""
+    yield
+    stale = loop_guard.stale_keys()
+    if stale:
+        pytest.fail(f"closed while an event loop still polled it: {'; '.join(stale)}")
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,14 @@
 each backend's, the pool's state in Redis (queue, tickets, leases, owners, inboxes), and where
 every unfinished task of the process waits (the gateways and simulators these tests start run
 in this process, each on its own thread and loop), taken while the requests still hang: a
-failure then says whether a request was queued, granted, running or lost, and on what."""
+failure then says whether a request was queued, granted, running or lost, and on what.
+
+Below the tasks, the bytes: each loopback TCP connection to a gateway as the kernel holds it
+(its send and receive queues, from ``/proc/net/tcp``), and each connection a gateway's
+uvicorn holds (whether its response started, completed, or was dropped as disconnected).
+An answer sitting in the client's receive queue was sent and never read; one still in the
+gateway's send queue was not taken by the client's side; one uvicorn marked disconnected
+was dropped before it was written."""
 
 from __future__ import annotations
 
@@ -11,7 +18,9 @@ import gc
 import sys
 import traceback
 from collections.abc import Awaitable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 from redis.asyncio import Redis
@@ -70,6 +79,50 @@ def waiting_tasks() -> list[str]:
     return sorted(waits)
 
 
+TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
+              7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN", 11: "CLOSING"}
+
+
+def tcp_table(table: Path = Path("/proc/net/tcp")) -> list[dict[str, int | str]]:
+    """Every IPv4 TCP socket as the kernel holds it: ports, state, bytes queued to send and
+    received but not yet read (Linux; empty elsewhere)."""
+    try:
+        lines = table.read_text().splitlines()[1:]
+    except OSError:
+        return []
+    rows: list[dict[str, int | str]] = []
+    for line in lines:
+        fields = line.split()
+        local, remote, state, queues = fields[1], fields[2], fields[3], fields[4]
+        tx, rx = queues.split(":")
+        rows.append({"local": int(local.split(":")[1], 16), "remote": int(remote.split(":")[1], 16),
+                     "state": TCP_STATES.get(int(state, 16), state), "send_q": int(tx, 16), "recv_q": int(rx, 16)})
+    return rows
+
+
+def sockets(urls: Iterable[str]) -> list[str]:
+    """The connections to and from these servers' ports, one line each (listeners left out)."""
+    ports = {urlsplit(u).port for u in urls}
+    return [f"{r['local']}->{r['remote']} {r['state']} send_q={r['send_q']} recv_q={r['recv_q']}"
+            for r in tcp_table() if r["state"] != "LISTEN" and (r["local"] in ports or r["remote"] in ports)]
+
+
+def server_connections() -> list[str]:
+    """Each HTTP connection a uvicorn of this process holds, with its current request's state."""
+    out = []
+    for obj in gc.get_objects():
+        if type(obj).__name__ not in ("HttpToolsProtocol", "H11Protocol") or not hasattr(obj, "cycle"):
+            continue
+        transport, cycle = getattr(obj, "transport", None), obj.cycle
+        state = "idle" if cycle is None else (
+            f"started={cycle.response_started} complete={cycle.response_complete} "
+            f"disconnected={cycle.disconnected}")
+        buffered = transport.get_write_buffer_size() if transport is not None else None
+        closing = transport.is_closing() if transport is not None else None
+        out.append(f"{obj.server}<-{obj.client} {state} write_buffer={buffered} closing={closing}")
+    return sorted(out)
+
+
 def threads() -> list[str]:
     """What every thread is doing now (a loop blocked in a call shows here, not among tasks)."""
     return ["".join(traceback.format_stack(frame, limit=8)) for frame in sys._current_frames().values()]
@@ -82,7 +135,9 @@ async def all_answered(calls: Iterable[Awaitable[T]], *, redis: Redis, keys: Poo
     tasks = [asyncio.ensure_future(c) for c in calls]
     _, pending = await asyncio.wait(tasks, timeout=within_s)
     if pending:
+        gateways = tuple(gateways)
         seen = {"pool": await pool_state(redis, keys), "tasks": waiting_tasks(), "threads": threads(),
+                "sockets": sockets(gateways), "server_connections": server_connections(),
                 "gateways": await views(gateways, "/admin/stats"), "backends": await views(backends, "/sim/stats")}
         for task in pending:
             task.cancel()

@@ -1,0 +1,34 @@
+"""The hang diagnostics read the bytes where they lie: the kernel's queues and uvicorn's state."""
+
+from __future__ import annotations
+
+import socket
+
+from simulator.testing import running_simulator
+from tests.e2e.gateway.diagnose import server_connections, sockets
+
+
+def test_bytes_sent_and_not_read_show_in_the_readers_receive_queue() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                accepted.sendall(b"hello")  # the client never reads it
+                client_port = client.getsockname()[1]
+                lines = sockets([f"http://127.0.0.1:{port}"])
+                waiting = [line for line in lines if line.startswith(f"{client_port}->{port} ")]
+                assert waiting and "recv_q=5" in waiting[0], lines
+                assert not any(line.startswith(f"{port}->") and "recv_q=5" in line for line in lines)
+
+
+def test_a_uvicorn_connection_shows_its_requests_state() -> None:
+    with running_simulator() as url, socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nhost: sim\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += conn.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200")
+        mine = [line for line in server_connections() if f", {conn.getsockname()[1]})" in line]
+        # the head is written after the cycle is marked started (its end may still be on its way)
+        assert mine and "started=True" in mine[0] and "disconnected=False" in mine[0], server_connections()

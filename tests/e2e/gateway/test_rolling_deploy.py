@@ -21,7 +21,7 @@ from tests.support import MODEL, eventually
     "intermittent in full runs of the suite (2 of 2 clean-clone runs on 2026-12-04; never alone or in its folder, "
     "18 runs beside busy loops): the simulators served all 40 calls and both gateways' handlers returned all 40 "
     "answers, yet up to 26 never reached the test's client; where they stop is not known yet (diagnose.py prints "
-    "every task's wait when it happens)"))
+    "every task's wait, the kernel's socket queues and uvicorn's connection states when it happens)"))
 async def test_old_and_new_replicas_share_a_pool_without_errors(
     gateway_factory: Callable[..., str], redis: Redis, prefix: str
 ) -> None:

@@ -125,7 +125,7 @@ def timing(settings: Settings) -> Timing:
         max_slack_s=settings.max_slack_s, preempt=settings.preempt, quantum_tokens=settings.quantum_tokens,
         max_pauses=settings.max_pauses, preempt_after_s=settings.preempt_after_ms / 1000,
         pause_ratio=settings.pause_ratio, pause_backlog=settings.pause_backlog, pause_budget=settings.pause_budget,
-        pause_window_s=settings.pause_window_s,
+        pause_window_s=settings.pause_window_s, fifo_backlog=settings.fifo_backlog,
     )
 
 

@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     # short_first/oracle: work predicted above short_max_tokens queues in arrival order behind
     # short work, instead of being ordered by its length too (docs/scheduling.md, the short lane)
     short_lane: bool = False
+    # while the pool's queue holds more than this many tickets per slot, it goes in arrival
+    # order (tiers kept): past capacity, overtaking only moves who waits (docs/scheduling.md,
+    # "Arrival order under a backlog"); 0: off. Set it alike on every replica.
+    fifo_backlog: float = Field(default=0.0, ge=0)
     batch_tier_offset_s: float = Field(default=60.0, ge=0)
     short_max_tokens: int = Field(default=256, ge=1)
     medium_max_tokens: int = Field(default=1024, ge=1)

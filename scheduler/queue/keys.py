@@ -8,6 +8,8 @@ are shared inside a pool and never across pools (pools are named in config: ``ba
 key                                    type    meaning                                           owner
 =====================================  ======  ================================================  =========
 ``P:queue``                            zset    ticket id -> score (virtual deadline, seconds)    scripts
+``P:arrivals``                         zset    ticket id -> arrival + tier offset (kept only     scripts
+                                               with ``fifo_backlog``: the queue in arrival order)
 ``P:tickets``                          hash    ticket id -> packed ticket (see records.py)       scripts
 ``P:backends``                         hash    backend -> packed state: limit, health, speed,    both
                                                long cap, models (replicas); leases held, work,
@@ -91,6 +93,7 @@ class PoolKeys:
         return f"{self.prefix}:{{{self.pool}}}:q{LAYOUT}"
 
     queue = _Key("queue")
+    arrivals = _Key("arrivals")
     tickets = _Key("tickets")
     backends = _Key("backends")
     reach = _Key("reach")

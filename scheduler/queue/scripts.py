@@ -51,6 +51,8 @@ class Timing:
     pause_backlog: float = 1.0  # queued tickets per slot past which nothing is paused (0: off)
     pause_budget: float = 0.1  # share of a backend's time its re-reads may take
     pause_window_s: float = 30.0  # the budget holds at most pause_budget * pause_window_s seconds
+    # queued tickets per slot past which the queue goes in arrival order (0: off)
+    fifo_backlog: float = 0.0
 
 
 class Scripts:
@@ -77,6 +79,7 @@ class Scripts:
         return [
             me, t.lease_ttl_s, t.owner_ttl_s, t.max_scan, 1 if t.preempt else 0, t.quantum_tokens, t.max_pauses,
             t.preempt_after_s, t.max_slack_s, t.pause_ratio, t.pause_backlog, t.pause_budget, t.pause_window_s,
+            t.fifo_backlog,
         ]
 
     async def enqueue(

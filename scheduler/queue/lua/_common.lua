@@ -21,7 +21,8 @@
 
 local function pool_keys(base)
   return {
-    queue = base .. ':queue', tickets = base .. ':tickets', backends = base .. ':backends',
+    queue = base .. ':queue', arrivals = base .. ':arrivals', tickets = base .. ':tickets',
+    backends = base .. ':backends',
     reach = base .. ':reach', quiet = base .. ':quiet',
     lease = base .. ':lease', owners = base .. ':owners',
     progress = base .. ':progress', costs = base .. ':costs', budget = base .. ':budget',
@@ -37,9 +38,9 @@ local function dispatch_args()
           max_scan = tonumber(ARGV[4]), preempt = ARGV[5] == '1', quantum = tonumber(ARGV[6]),
           max_pauses = tonumber(ARGV[7]), preempt_after = tonumber(ARGV[8]), max_slack = tonumber(ARGV[9]),
           ratio = tonumber(ARGV[10]), backlog = tonumber(ARGV[11]), budget = tonumber(ARGV[12]),
-          window = tonumber(ARGV[13])}
+          window = tonumber(ARGV[13]), fifo_backlog = tonumber(ARGV[14])}
 end
-local FIRST_ARG = 14  -- where each script's own arguments begin
+local FIRST_ARG = 15  -- where each script's own arguments begin
 -- Times in records are written with 14 digits: 0.1 ms on Redis's clock; this much slack
 -- keeps a time read back from a record from looking later than the moment it was written.
 local CLOCK_SLACK = 0.001

@@ -69,6 +69,24 @@ local function placeable(C)
   return any and open_waiting(C) > 0
 end
 
+-- Do queued tickets go in arrival order now? Only with fifo_backlog on (0: off), while the
+-- pool's queue (`qlen` tickets) holds more than fifo_backlog per slot of its backends that
+-- are up, and only if every queued ticket is in K.arrivals (a replica without the setting
+-- puts none there). Short work that would overtake long work gains nothing then: the pool
+-- is past its capacity, and reordering a backlog only moves who waits it out.
+local function arrival_order(C, qlen)
+  if C.D.fifo_backlog <= 0 or qlen == 0 then
+    return false
+  end
+  local slots = 0
+  for _, b in pairs(all_slots(C.S)) do
+    if not b.down then
+      slots = slots + b.limit
+    end
+  end
+  return qlen > C.D.fifo_backlog * slots and redis.call('ZCARD', C.K.arrivals) >= qlen
+end
+
 -- Which running lease should give its slot to ticket `t` (queue score `tscore`), which
 -- found none free, and does the pause pay? policy/preemption.py is its twin and says the
 -- rule in full: nothing while the queue holds more than `backlog` per slot (0: off); of the
@@ -224,7 +242,8 @@ local function resumable(C)
   return false
 end
 
--- Grant queued tickets in score order while capacity lasts. Grants for `me` are
+-- Grant queued tickets in score order (in arrival order while arrival_order holds) while
+-- capacity lasts. Grants for `me` are
 -- returned (the caller delivers them without a round trip); others are pushed. With
 -- preemption on, the first fresh ticket of the short or medium class that finds no free
 -- slot (after waiting preempt_after seconds) may take a running lease's slot, once per call.
@@ -235,16 +254,24 @@ local function dispatch(C)
   if not may_preempt and not placeable(C) then
     return
   end
-  local queued = redis.call('ZRANGE', K.queue, 0, D.max_scan - 1, 'WITHSCORES')
+  local arrivals = D.fifo_backlog > 0  -- queued tickets are in K.arrivals too
+  local fifo = arrivals and arrival_order(C, redis.call('ZCARD', K.queue))
+  local queued = redis.call('ZRANGE', fifo and K.arrivals or K.queue, 0, D.max_scan - 1, 'WITHSCORES')
   local left = #queued / 2
   for i = 1, #queued, 2 do
     if not may_preempt and not placeable(C) then
       break
     end
     local tid, score = queued[i], tonumber(queued[i + 1])
-    local packed = redis.call('HGET', K.tickets, tid)
+    if fifo then
+      score = tonumber(redis.call('ZSCORE', K.queue, tid))  -- its place in the score order
+    end
+    local packed = score and redis.call('HGET', K.tickets, tid)
     if not packed then
       redis.call('ZREM', K.queue, tid)
+      if arrivals then
+        redis.call('ZREM', K.arrivals, tid)
+      end
       left = left - 1
     else
       local t = parse_ticket(packed)
@@ -277,7 +304,7 @@ local function dispatch(C)
         end
       end
       if gone then
-        drop_ticket(K, tid, t)
+        drop_ticket(K, tid, t, arrivals)
         left = left - 1
         if not t.restricted and C.open ~= nil then
           C.open = C.open - 1

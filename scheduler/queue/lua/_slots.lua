@@ -110,8 +110,12 @@ local function drop_lease(C, lid, known)
   return l
 end
 
-local function drop_ticket(K, tid, t)
+-- `arrivals`: the ticket may be in K.arrivals too (kept while fifo_backlog is on).
+local function drop_ticket(K, tid, t, arrivals)
   redis.call('ZREM', K.queue, tid)
+  if arrivals then
+    redis.call('ZREM', K.arrivals, tid)
+  end
   redis.call('HDEL', K.tickets, tid)
   if t then
     if redis.call('HINCRBY', K.tenant_queued, t.tenant, -1) <= 0 then

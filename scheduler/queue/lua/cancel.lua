@@ -7,7 +7,7 @@ local packed = redis.call('HGET', K.tickets, tid)
 if not packed then
   return 0
 end
-drop_ticket(K, tid, parse_ticket(packed))
+drop_ticket(K, tid, parse_ticket(packed), true)
 if redis.call('ZCARD', K.queue) == 0 then
   redis.call('DEL', K.tenant_vfinish)  -- the queue is empty: no tenant is ahead of another
 end

@@ -96,7 +96,7 @@ if max_queue > 0 and qlen >= max_queue then
   local packed = redis.call('HGET', K.tickets, victim)
   if packed then
     local t = parse_ticket(packed)
-    drop_ticket(K, victim, t)
+    drop_ticket(K, victim, t, D.fifo_backlog > 0)
     notify(C, t.owner, evict_message(victim, 'shed'))
   else
     redis.call('ZREM', K.queue, victim)
@@ -115,7 +115,7 @@ local t = {owner = me, model = model, tenant = tenant, class = class, predicted 
 -- first in line: granted at once if a slot is free (the queue before it has had its
 -- dispatch, so nothing queued could take the slot it leaves)
 local first = qlen == 0
-if not first then
+if not first and not arrival_order(C, qlen) then  -- (in arrival order, the queue goes first)
   local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
   first = #head == 0 or score < tonumber(head[2])
 end
@@ -151,6 +151,9 @@ if redis.call('HSET', K.tickets, tid, pack_ticket(t)) == 1 then
   end
 end
 redis.call('ZADD', K.queue, score, tid)
+if D.fifo_backlog > 0 then
+  redis.call('ZADD', K.arrivals, arrival + tier_offset, tid)  -- its place in arrival order (tiers kept)
+end
 qlen = qlen + 1
 dispatch(C)
 return finish(C, {1, qlen})

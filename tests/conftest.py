@@ -24,13 +24,27 @@ from tests.support import MODEL, pending_tasks
 loop_guard.install()  # before any test's event loop is made
 
 
+XFAIL_TEXT_CHARS = 20_000
+_xfailed: list[tuple[str, str]] = []  # (test, what failed): intermittent failures marked xfail
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A test that failed while its servers still run reports what every task waited on."""
+    """A test that failed while its servers still run reports what every task waited on; a
+    test marked as an expected (intermittent) failure that did fail keeps what it saw for the
+    run's summary, where pytest would show only the marker's reason."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "call" and report.failed:
         report.sections.append(("pending asyncio tasks", pending_tasks()))
+    if report.when == "call" and hasattr(report, "wasxfail") and call.excinfo is not None:
+        _xfailed.append((item.nodeid, f"{call.excinfo.typename}: {call.excinfo.value}"[:XFAIL_TEXT_CHARS]))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for nodeid, text in _xfailed:
+        terminalreporter.write_sep("-", f"expected failure, as it failed: {nodeid}")
+        terminalreporter.write_line(text)
 
 
 @pytest.fixture(autouse=True)

@@ -51,9 +51,10 @@ class Watched(selectors.EpollSelector):
         """The keys whose descriptor no longer names the file that was registered."""
         found = []
         for key in list((self.get_map() or {}).values()):
-            if _identity(key.fd) != self.files.get(key.fd):
+            now = _identity(key.fd)
+            if now != self.files.get(key.fd):
                 found.append(f"fd {key.fd} (events {key.events}, {key.data!r})")
-                self.files[key.fd] = _identity(key.fd)  # reported once
+                self.files[key.fd] = now  # reported once
         return found
 
 

@@ -16,8 +16,8 @@ from scheduler.policy.order import PolicyName, PolicyParams, order
 from scheduler.queue.keys import PoolKeys
 from scheduler.queue.scripts import Scripts, Timing
 from scheduler.types import BackendRecord, Ticket
+from tests.scheduler.queue.test_queue_order import ME, drain_one_at_a_time
 
-ME = "owner-1"
 PARAMS = PolicyParams(max_slack_s=30.0, slack_per_token_s=0.02)
 LONG, SHORT = 4000, 10  # slack 30 s (the bound) and 0.2 s
 
@@ -42,11 +42,7 @@ async def queue_then_grant_one_at_a_time(
     for tid, tokens, tier in arrivals:
         result = await (queued_by or s).enqueue(keys, ME, ticket(tid, tokens, tier), 0, 0)
         assert result.status == 1 and not result.messages
-    granted = [m.ticket for m in await s.set_backend(keys, ME, BackendRecord("b", 1, models=("m",)))]
-    while len(granted) < len(arrivals):
-        messages = await s.release(keys, ME, granted[-1])
-        assert messages, "a queued ticket was not granted"
-        granted += [m.ticket for m in messages if m.kind == "G"]
+    granted = await drain_one_at_a_time(s, keys, len(arrivals))
     assert await redis.zcard(keys.arrivals) == 0  # every granted ticket left the arrival order too
     return granted
 

@@ -68,6 +68,43 @@ def entries(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [entry(s, bases.get((s["rps"], s.get("stream")))) for s in ordered]
 
 
+SUSTAINED = 0.95  # achieved ÷ offered, with no error: a rate the target kept up with
+TRIAGE = ("fifo", "short_first")
+
+
+def sustained(e: dict[str, Any]) -> bool:
+    achieved = e["achieved_rps"]
+    return e["errors"] == 0 and achieved is not None and achieved >= SUSTAINED * e["rps"]
+
+
+def against(rows: list[dict[str, Any]], other: str = "litellm") -> list[dict[str, Any]]:
+    """Each Triage target's added TTFT p50 beside ``other``'s at each rate both ran, as
+    ``other`` ÷ Triage; compared only where both sustained the rate (no error, at least
+    95% of it achieved), else ``why_not`` says which did not."""
+    by_rate: dict[float, dict[str, dict[str, Any]]] = {}
+    for e in rows:
+        by_rate.setdefault(e["rps"], {})[e["target"]] = e
+    out: list[dict[str, Any]] = []
+    for rps, targets in sorted(by_rate.items()):
+        theirs = targets.get(other)
+        for name in TRIAGE:
+            ours = targets.get(name)
+            if theirs is None or ours is None:
+                continue
+            ours_ms, theirs_ms = ours["added_ttft_p50_ms"], theirs["added_ttft_p50_ms"]
+            row = {"rps": rps, "target": name, "other": other, "added_ttft_p50_ms": ours_ms,
+                   "other_added_ttft_p50_ms": theirs_ms, "ratio": None, "why_not": None}
+            short = [t["target"] for t in (ours, theirs) if not sustained(t)]
+            if short:
+                row["why_not"] = f"{' and '.join(short)} did not sustain {rps:.0f} RPS"
+            elif ours_ms is None or theirs_ms is None or ours_ms <= 0:
+                row["why_not"] = "no positive added TTFT to divide by"
+            else:
+                row["ratio"] = theirs_ms / ours_ms
+            out.append(row)
+    return out
+
+
 def build(stream_steps: list[dict[str, Any]], plain_steps: list[dict[str, Any]],
           relay: dict[str, Any] | None, roundtrips: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     rates = entries(stream_steps)
@@ -80,6 +117,7 @@ def build(stream_steps: list[dict[str, Any]], plain_steps: list[dict[str, Any]],
         # client-sent commands per request (MONITOR sample), the higher of the Triage targets
         "redis_roundtrips_per_request": max(triage) if triage else None,
         "redis_roundtrips": roundtrips,
+        "against_litellm": {"stream": against(rates), "nonstream": against(entries(plain_steps))},
         "meta": meta,
     }
 
@@ -130,6 +168,17 @@ def markdown_roundtrips(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown_against(rows: list[dict[str, Any]], mode: str) -> list[str]:
+    lines = []
+    for r in rows:
+        if r["ratio"] is not None:
+            verdict = f"**{r['ratio']:.1f}×** lower ({_f(r['added_ttft_p50_ms'])} against {_f(r['other_added_ttft_p50_ms'])} ms)"
+        else:
+            verdict = f"not compared: {r['why_not']}"
+        lines.append(f"- {mode}, {r['rps']:.0f} RPS, {r['target']}: {verdict}")
+    return lines
+
+
 def markdown(doc: dict[str, Any]) -> str:
     parts = [markdown_rates(doc["rates"], "Streaming, 50 output tokens")]
     if doc.get("redis_roundtrips"):
@@ -138,6 +187,11 @@ def markdown(doc: dict[str, Any]) -> str:
         parts.append(markdown_rates(doc["nonstream_rates"], "Non-streaming (TTFT = first body byte)"))
     if doc.get("relay"):
         parts.append(markdown_relay(doc["relay"]))
+    vs = doc.get("against_litellm") or {}
+    lines = markdown_against(vs.get("stream", []), "streamed") + markdown_against(vs.get("nonstream", []), "non-streamed")
+    if lines:
+        parts.append("\n".join(["**Against LiteLLM**: added TTFT p50, LiteLLM's ÷ Triage's, where both sustained "
+                                 "the rate (no error, ≥ 95% of it achieved)", "", *lines]))
     return "\n\n".join(parts) + "\n"
 
 

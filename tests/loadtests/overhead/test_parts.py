@@ -28,6 +28,27 @@ def test_added_is_target_minus_direct_at_the_same_rate() -> None:
     assert report.sanitize({"x": float("nan")}) == {"x": None}
 
 
+def test_litellm_is_compared_only_where_both_sustained_the_rate() -> None:
+    def step(target: str, rps: float, ttft: float, errors: int = 0, achieved: float | None = None) -> dict:
+        ms = {"p50": ttft, "p90": ttft, "p99": ttft}
+        return {"target": target, "rps": rps, "stream": True, "ttft_ms": ms, "e2e_ms": ms, "itl_ms": ms,
+                "errors": errors, "error_kinds": {}, "achieved_rps": rps if achieved is None else achieved}
+
+    steps = [step("direct", 25, 1.0), step("short_first", 25, 3.0), step("litellm", 25, 17.0),
+             step("direct", 100, 1.0), step("short_first", 100, 3.0), step("litellm", 100, 900.0, errors=5),
+             step("direct", 500, 1.0), step("short_first", 500, 9.0, achieved=400), step("litellm", 500, 30.0)]
+    doc = report.build(steps, [], None, [], {})
+    rows = {r["rps"]: r for r in doc["against_litellm"]["stream"]}
+    assert rows[25]["ratio"] == 8.0 and rows[25]["why_not"] is None
+    assert rows[100]["ratio"] is None and rows[100]["why_not"] == "litellm did not sustain 100 RPS"
+    assert rows[500]["ratio"] is None and rows[500]["why_not"] == "short_first did not sustain 500 RPS"
+    text = report.markdown(doc)
+    assert "- streamed, 25 RPS, short_first: **8.0×** lower (2.00 against 16.00 ms)" in text
+    assert "- streamed, 100 RPS, short_first: not compared: litellm did not sustain 100 RPS" in text
+    assert report.build([step("direct", 25, 1.0), step("short_first", 25, 3.0)], [], None, [], {})[
+        "against_litellm"] == {"stream": [], "nonstream": []}
+
+
 def test_hot_spots_from_collapsed_stacks(tmp_path: Path) -> None:
     raw = tmp_path / "p.txt"
     raw.write_text("main (a.py:1);work (b.py:2) 3\nmain (a.py:1);work (b.py:9);json (c.py:4) 1\n")

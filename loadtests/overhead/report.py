@@ -87,9 +87,11 @@ def against(rows: list[dict[str, Any]], other: str = "litellm") -> list[dict[str
     out: list[dict[str, Any]] = []
     for rps, targets in sorted(by_rate.items()):
         theirs = targets.get(other)
+        if theirs is None:
+            continue
         for name in TRIAGE:
             ours = targets.get(name)
-            if theirs is None or ours is None:
+            if ours is None:
                 continue
             ours_ms, theirs_ms = ours["added_ttft_p50_ms"], theirs["added_ttft_p50_ms"]
             row = {"rps": rps, "target": name, "other": other, "added_ttft_p50_ms": ours_ms,
@@ -107,17 +109,17 @@ def against(rows: list[dict[str, Any]], other: str = "litellm") -> list[dict[str
 
 def build(stream_steps: list[dict[str, Any]], plain_steps: list[dict[str, Any]],
           relay: dict[str, Any] | None, roundtrips: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    rates = entries(stream_steps)
+    rates, plain = entries(stream_steps), entries(plain_steps)
     triage = [r["roundtrips_per_request"] for r in roundtrips]
     return {
         "rates": rates,
-        "nonstream_rates": entries(plain_steps),
+        "nonstream_rates": plain,
         "relay_chunks_per_s": relay.get("relay_chunks_per_s") if relay else None,
         "relay": relay,
         # client-sent commands per request (MONITOR sample), the higher of the Triage targets
         "redis_roundtrips_per_request": max(triage) if triage else None,
         "redis_roundtrips": roundtrips,
-        "against_litellm": {"stream": against(rates), "nonstream": against(entries(plain_steps))},
+        "against_litellm": {"stream": against(rates), "nonstream": against(plain)},
         "meta": meta,
     }
 

@@ -22,6 +22,41 @@ from dataclasses import dataclass
 from scheduler.types import PredictInput
 
 _WORD = re.compile(r"[^\W_]+")
+
+
+class _Search:
+    """A regex searched in lower-cased text, its answers those of ``re.search``.
+
+    Most patterns here begin with a word boundary (``\\b(...)``), which keeps the regex
+    engine from skipping ahead: it tries the whole pattern at every position. Such a
+    pattern's ``finder`` is the pattern without that boundary, which the engine can skip
+    through to the characters its alternatives start with; each place it finds is then
+    tried with the whole pattern. The whole pattern can only match where the finder
+    does, so every answer is the plain search's (``tests/scheduler/predictor/test_features.py``),
+    in about half the time."""
+
+    __slots__ = ("finder", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = re.compile(pattern)
+        self.finder = re.compile(pattern[2:]) if pattern.startswith(r"\b") else None
+
+    def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        """``self.pattern.search(text, pos)``."""
+        finder = self.finder
+        if finder is None:
+            return self.pattern.search(text, pos)
+        match = self.pattern.match
+        at = finder.search(text, pos)
+        while at is not None:
+            start = at.start()
+            found = match(text, start)
+            if found is not None:
+                return found
+            at = finder.search(text, start + 1)
+        return None
+
+
 # Marks of source code, counted with str.count: a regex for the same costs ~0.4 ms
 # on a long window, a third of the whole budget.
 _CODE_MARKS = ("```", ";\n", "{\n", "}\n", "def ", "=>", "import ", "#include", "function", "return ", "    ")
@@ -48,13 +83,14 @@ _NUMBER_WORDS = {
     "twenty": 20, "fifty": 50, "hundred": 100,
 }  # fmt: skip
 
+
 # Task cues, each a regex on lower-cased text. They overlap with the hashed words on
 # purpose: a cue pools the evidence of many phrasings into one well-trained weight,
 # which matters most while little has been learned.
-_CUES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern))
+_CUES: tuple[tuple[str, _Search], ...] = tuple(
+    (name, _Search(pattern))
     for name, pattern in (
-        ("translate", r"\btranslat|\bin (english|french|spanish|german|chinese|japanese|korean)\b"),
+        ("translate", r"\b(translat|in (english|french|spanish|german|chinese|japanese|korean)\b)"),
         ("rewrite", r"\b(rewrite|rephrase|paraphrase|proofread|fix (the |my )?(grammar|spelling)|correct)"),
         ("summarize", r"\b(summar|tl;?dr|shorten|condense)"),
         ("essay", r"\b(essay|article|blog|story|poem|script|speech|chapter|report|letter|cover letter)\b"),
@@ -170,8 +206,8 @@ def names(inp: PredictInput, spec: FeatureSpec) -> dict[str, float]:
         feats["last:" + words[-1]] = 1.0
         if words[0] in _QUESTION_START:
             feats["question_start"] = 1.0
-    for name, pattern in _CUES:
-        if pattern.search(cue_text):
+    for name, cue in _CUES:
+        if cue.search(cue_text) is not None:
             feats["cue:" + name] = 1.0
     asked = _asked_size(low)
     if asked is not None:

@@ -119,7 +119,7 @@ class EmbeddingLengthPredictor:
         self._prior_log = math.log(max(1.0, lex.prior_tokens))
         self._encoder = encoder
         self._cache: OrderedDict[str, array] = OrderedDict()
-        self._fields: list[tuple[str, str]] = []  # (weight, AdaGrad sum) field names per dimension
+        self._fields: list[tuple[int, int]] = []  # (weight, AdaGrad sum) keys per dimension (store.key_of)
 
     @property
     def observations(self) -> float:
@@ -258,9 +258,11 @@ class EmbeddingLengthPredictor:
         while len(self._cache) > self.config.cache_size:
             self._cache.popitem(last=False)
 
-    def _fields_for(self, dim: int) -> list[tuple[str, str]]:
+    def _fields_for(self, dim: int) -> list[tuple[int, int]]:
+        """Each input's keys in the state: its weight's and its squared-gradient sum's
+        (``store.key_of``)."""
         if len(self._fields) != dim:  # the last one is the bias
-            self._fields = [(f"w:{i}", f"g:{i}") for i in range(dim)]
+            self._fields = [(i, ~i) for i in range(dim)]
         return self._fields
 
     def _head(self, x: array) -> float:

@@ -42,12 +42,9 @@ _BIN_WIDTH = 0.1
 _BIN_LOW = -4.0
 _BINS = 80
 _MAX_LOG = math.log(1_000_000)  # bounds exp() whatever the weights say
-# a feature as the state names it: its weight's field, its squared-gradient sum's field, its value
-Feature = tuple[str, str, float]
-
-
-def _named(x: list[tuple[int, float]]) -> list[Feature]:
-    return [(f"w:{slot}", f"g:{slot}", value) for slot, value in x]
+# a feature: its slot (the state keeps its weight under the slot, its squared-gradient sum
+# under ~slot: store.key_of) and its value
+Feature = tuple[int, float]
 
 
 _READ_KEPT = 512  # requests between predict and observe whose features are kept (and prompts held)
@@ -99,7 +96,7 @@ class LengthPredictor:
         """How many output tokens will this request generate, by its text? Not yet bounded
         by its hint or its cap: the classifier applies those."""
         cap = inp.max_tokens if inp.max_tokens is not None and inp.max_tokens > 0 else None
-        x = _named(extract(inp, self.config.features))
+        x = extract(inp, self.config.features)
         self._remember(inp, x)
         linear = self._linear(x)
         group = template_key(inp)
@@ -126,7 +123,7 @@ class LengthPredictor:
         y = math.log(max(1, actual_tokens))
         x = self._read.pop(inp, None)
         if x is None:
-            x = _named(extract(inp, cfg.features))
+            x = extract(inp, cfg.features)
         linear = self._linear(x)
         group = template_key(inp)
 
@@ -143,10 +140,11 @@ class LengthPredictor:
         # state.add inlined (the same sums, in the same order): this loop runs for every
         # feature of every finished request, and the calls were most of its cost
         values, pending, sqrt = state.values, state.pending, math.sqrt
-        for weight, squares, value in x:
+        for weight, value in x:
             grad = error * value
             if grad == 0.0:
                 continue
+            squares = ~weight
             g = grad * grad
             g2 = values.get(squares, 0.0) + g
             values[squares] = g2
@@ -201,8 +199,8 @@ class LengthPredictor:
     def _linear(self, x: list[Feature]) -> float:
         values = self._state.values
         total = self._prior_log
-        for name, _, value in x:
-            weight = values.get(name)
+        for slot, value in x:
+            weight = values.get(slot)
             if weight is not None:
                 total += weight * value
         return total

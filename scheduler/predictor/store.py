@@ -27,6 +27,12 @@ Fields of the hash ``predictor_key(name, prefix)``:
 ``n``              observations learned, all replicas together
 ``rev``            incremented by every push; lets ``pull`` skip an unchanged hash
 =================  ====================================================
+
+Locally a feature's sums are kept under its slot, an int (its weight under ``slot``,
+its AdaGrad sum under ``~slot``), every other sum under its field name: the learning
+loop then never formats a field name nor hashes a new string, and names are written
+only where they travel (``push``, ``snapshot``) and read where they arrive (``pull``,
+``load_base``). ``key_of`` and ``field_of`` are the two directions.
 """
 
 from __future__ import annotations
@@ -34,24 +40,47 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+Key = str | int  # how a field is kept locally (key_of)
+
+
+def key_of(field: str) -> Key:
+    """The local key of a field of the hash: ``w:<slot>`` -> slot, ``g:<slot>`` -> ~slot."""
+    family, number = field[:2], field[2:]
+    if family == "w:" and number.isdigit():
+        return int(number)
+    if family == "g:" and number.isdigit():
+        return ~int(number)
+    return field
+
+
+def field_of(key: Key) -> str:
+    """The field of the hash a local key travels as (``key_of``'s inverse)."""
+    if isinstance(key, int):
+        return f"w:{key}" if key >= 0 else f"g:{~key}"
+    return key
+
 
 class SharedState:
     """Sums learned locally and from the other replicas, plus what is not yet pushed."""
 
     def __init__(self, histogram_bins: int) -> None:
-        self.base: dict[str, float] = {}  # shipped warm start: local only, never pushed
-        self.values: dict[str, float] = {}  # field -> base + remote + pending
-        self.pending: dict[str, float] = {}  # field -> delta not yet pushed
+        self.base: dict[Key, float] = {}  # shipped warm start: local only, never pushed
+        self.values: dict[Key, float] = {}  # key -> base + remote + pending
+        self.pending: dict[Key, float] = {}  # key -> delta not yet pushed
         self.hist = [0.0] * histogram_bins  # mirror of the h:<bin> fields, kept as a list for speed
         self._rev_seen = -1  # rev of the hash our local values reflect
         self._lock = asyncio.Lock()
 
     # Hot path: plain dict arithmetic, no I/O.
 
-    def get(self, field: str) -> float:
-        return self.values.get(field, 0.0)
+    def get(self, field: Key) -> float:
+        """A sum by its field name or its key."""
+        return self.values.get(key_of(field) if isinstance(field, str) else field, 0.0)
 
-    def add(self, field: str, delta: float) -> None:
+    def add(self, field: Key, delta: float) -> None:
+        """Add to a sum, by its field name or its key."""
+        if isinstance(field, str):
+            field = key_of(field)
         values = self.values
         values[field] = values.get(field, 0.0) + delta
         pending = self.pending
@@ -71,8 +100,8 @@ class SharedState:
             batch, self.pending = self.pending, {}
             try:
                 async with redis.pipeline(transaction=False) as pipe:
-                    for field, delta in batch.items():
-                        pipe.hincrbyfloat(key, field, delta)
+                    for local, delta in batch.items():
+                        pipe.hincrbyfloat(key, field_of(local), delta)
                     pipe.hincrby(key, "rev", 1)
                     results = await pipe.execute()
             except BaseException:
@@ -105,26 +134,29 @@ class SharedState:
             self.hist = [values.get(f"h:{index}", 0.0) for index in range(len(self.hist))]
             self._rev_seen = int(raw.get(b"rev", raw.get("rev", rev)))
 
-    def merged(self, raw: dict[Any, Any]) -> dict[str, float]:
+    def merged(self, raw: dict[Any, Any]) -> dict[Key, float]:
         """The shipped base plus the shared hash (``HGETALL``'s reply), as new values."""
         values = dict(self.base)
         for field_raw, value_raw in raw.items():
             field = field_raw.decode() if isinstance(field_raw, bytes) else field_raw
             if field != "rev":
-                values[field] = values.get(field, 0.0) + float(value_raw)
+                local = key_of(field)
+                values[local] = values.get(local, 0.0) + float(value_raw)
         return values
 
     # Offline snapshots (the shipped warm start, benchmarks).
 
     def snapshot(self) -> dict[str, float]:
-        return dict(self.values)
+        """Every sum by its field name."""
+        return {field_of(local): value for local, value in self.values.items()}
 
     def load_base(self, values: dict[str, float]) -> None:
         """Seed a warm start. Each replica adds it locally and none pushes it, so the
         shared hash holds only what was learned online and nothing is counted twice."""
         for field, value in values.items():
-            self.base[field] = self.base.get(field, 0.0) + value
-            self.values[field] = self.values.get(field, 0.0) + value
+            local = key_of(field)
+            self.base[local] = self.base.get(local, 0.0) + value
+            self.values[local] = self.values.get(local, 0.0) + value
             if field.startswith("h:"):
                 index = int(field[2:])
                 if index < len(self.hist):

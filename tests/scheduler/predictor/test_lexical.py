@@ -354,7 +354,7 @@ def test_a_new_system_prompt_per_request_does_not_grow_the_state_without_bound()
     predictor = LengthPredictor(PredictorConfig())
     for i in range(3 * TEMPLATE_BUCKETS):
         predictor.observe(ask(system=f"You are helping user {i}."), 100)
-    groups = {field.split(":", 1)[1] for field in predictor._state.values if field.startswith("c:")}
+    groups = {field.split(":", 1)[1] for field in predictor.snapshot() if field.startswith("c:")}
     assert len(groups) <= TEMPLATE_BUCKETS
 
 

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from scheduler.predictor.store import SharedState
+from scheduler.predictor.store import SharedState, field_of, key_of
 
 BINS = 4
 
@@ -27,7 +27,7 @@ async def test_push_sends_the_deltas_and_pull_merges_every_replicas(redis: Redis
     a.add("w:1", 0.5)
     b.add("w:1", 2.0)
     b.add("n", 1.0)
-    assert a.pending == {"w:1": 1.5} and a.get("w:1") == 1.5
+    assert a.pending == {key_of("w:1"): 1.5} and a.get("w:1") == 1.5
     await a.push(redis, key)
     assert a.pending == {}
     await b.push(redis, key)
@@ -45,7 +45,7 @@ async def test_pull_keeps_what_is_not_pushed_yet(redis: Redis, key: str) -> None
     await a.push(redis, key)
     b.add("w:1", 10.0)  # learned, not pushed
     await b.pull(redis, key)
-    assert b.get("w:1") == 11.0 and b.pending == {"w:1": 10.0}
+    assert b.get("w:1") == 11.0 and b.pending == {key_of("w:1"): 10.0}
 
 
 async def test_bins_mirror_their_fields(redis: Redis, key: str) -> None:
@@ -100,7 +100,7 @@ async def test_a_failed_push_keeps_its_deltas_pending(redis: Redis, key: str) ->
             await a.push(dead, key)
     finally:
         await dead.aclose()
-    assert a.pending == {"w:1": 1.0}
+    assert a.pending == {key_of("w:1"): 1.0}
     await a.push(redis, key)  # sent once Redis answers
     assert float(await redis.hget(key, "w:1")) == 1.0 and a.pending == {}
 
@@ -138,4 +138,14 @@ async def test_the_merge_of_a_pull_runs_off_the_loop_and_keeps_what_is_learned_m
     b = _Watched(learn_on_the_loop)
     await b.pull(redis, key)
     assert b.threads and b.threads[0] != threading.get_ident()
-    assert b.get("w:1") == 11.0 and b.pending == {"w:1": 10.0}
+    assert b.get("w:1") == 11.0 and b.pending == {key_of("w:1"): 10.0}
+
+
+@pytest.mark.parametrize("field", ["w:0", "w:262143", "g:0", "g:17", "h:3", "n", "rev", "s:m|t|0a1", "w:x", "g:", "w:-1"])
+def test_a_field_is_kept_under_a_key_and_travels_back_as_itself(field: str) -> None:
+    """Feature sums are kept under ints (weights under the slot, AdaGrad sums under ~slot);
+    every field, those included, travels back to Redis under its own name."""
+    local = key_of(field)
+    assert field_of(local) == field
+    assert isinstance(local, int) == (field[:2] in ("w:", "g:") and field[2:].isdigit())
+    assert key_of("w:5") != key_of("g:5")  # a weight and its sum never share a key

@@ -85,11 +85,12 @@ def _worker(root: Path, data_dir: Path, per_file: int, passes: int, valgrind: Pa
 
 
 def instructions(callgrind_out: str) -> int:
-    """The instructions a callgrind output file counts (its ``summary:`` or ``totals:`` line)."""
-    for line in callgrind_out.splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise ValueError("no summary line in the callgrind output")
+    """The instructions a callgrind output file counts: its ``totals:`` or ``summary:`` line
+    (a dump taken by ``callgrind_control -d`` writes ``summary: 0`` before its totals)."""
+    counts = [int(line.split()[1]) for line in callgrind_out.splitlines() if line.startswith(("summary:", "totals:"))]
+    if not counts:
+        raise ValueError("no summary line in the callgrind output")
+    return max(counts)
 
 
 def compare(trees: dict[str, Path], data_dir: Path, per_file: int, rounds: int, count: bool) -> dict[str, Any]:

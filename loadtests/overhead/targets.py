@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -122,10 +123,13 @@ def start_valkey(name: str, workdir: Path) -> tuple[Child, str]:
 
 
 def start_triage(policy: str, redis_url: str, backend_url: str, model: str, workdir: Path,
-                 workers: int = 1, tree: Path | None = None) -> Target:
+                 workers: int = 1, tree: Path | None = None, wrap: tuple[str, ...] = (),
+                 ready_s: float = 60, settings: dict[str, Any] | None = None) -> Target:
     """``workers`` > 1: ``triage serve --workers N`` on one port, named ``<policy>_w<N>``.
     ``tree``: the gateway's code from that source tree (another commit's checkout), named
-    ``baseline``: the before of a before/after measured in the same run."""
+    ``baseline``: the before of a before/after measured in the same run. ``wrap``: a command
+    the gateway runs under (e.g. valgrind's), which may need longer than ``ready_s`` to start.
+    ``settings``: more of the gateway's settings, over the run's own."""
     name = policy if workers == 1 else f"{policy}_w{workers}"
     if tree is not None:
         name = "baseline"
@@ -135,15 +139,15 @@ def start_triage(policy: str, redis_url: str, backend_url: str, model: str, work
         "policy": TRIAGE_POLICIES[policy], "max_queue": 100_000, "access_log": False,
         "backends": [{"name": "sim", "url": backend_url, "models": [model],
                       "max_concurrency": 100_000, "adaptive": False}],
-    }
+    } | (settings or {})
     path = workdir / f"triage-{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     env = {"PYTHONPATH": str(tree.resolve())} if tree is not None else None
-    child = Child(f"triage {name}", [sys.executable, "-m", "triage", "serve", "--config", str(path)],
+    child = Child(f"triage {name}", [*wrap, sys.executable, "-m", "triage", "serve", "--config", str(path)],
                   workdir / f"triage-{name}.log", env=env)
     child.spawn()
     url = f"http://127.0.0.1:{port}"
-    child.wait_ready(_http_ok(url + "/ready"), 60)
+    child.wait_ready(_http_ok(url + "/ready"), ready_s)
     return Target(name, url, child, redis_url)
 
 

@@ -36,6 +36,7 @@ def test_a_different_model_shows_in_the_digest(tmp_path: Path) -> None:
 def test_instructions_are_read_from_callgrinds_summary() -> None:
     assert predictormicro.instructions("events: Ir\nfl=x\nsummary: 7035809121\n") == 7035809121
     assert predictormicro.instructions("events: Ir\ntotals: 12\n") == 12
+    assert predictormicro.instructions("events: Ir\nsummary: 0\ntotals: 202905839\n") == 202905839  # a dump
     with pytest.raises(ValueError):
         predictormicro.instructions("events: Ir\n")
 

@@ -1,0 +1,28 @@
+"""The gateway's instruction count: what the idle rate accounts for is taken off, per request."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests.overhead import gatewaymicro
+from loadtests.overhead.gatewaymicro import Counted
+
+
+def test_the_background_of_the_busy_time_is_taken_off_per_request() -> None:
+    # 100 requests in 8 s counted 400M; nothing for 4 s counted 2M: 4M of the 400M is background
+    assert Counted(requests=100, busy=400_000_000, busy_s=8.0, idle=2_000_000, idle_s=4.0).per_request() == 3_960_000
+    assert Counted(requests=10, busy=1_000, busy_s=1.0, idle=0, idle_s=0.0).per_request() == 100  # no idle window
+
+
+def test_the_quiet_timers_are_settings_the_gateway_accepts() -> None:
+    from gateway.settings import Settings
+
+    settings = Settings.model_validate({**gatewaymicro.QUIET, "backends": []})
+    assert settings.heartbeat_s * 3 < settings.lease_ttl_s  # leases do not lapse while it is measured
+    assert settings.probe_interval_s >= 60 and settings.predictor_sync_s >= 60
+
+
+def test_without_valgrind_it_says_so(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(gatewaymicro.shutil, "which", lambda name: None)
+    assert gatewaymicro.main([]) == 2
+    assert "valgrind" in capsys.readouterr().err

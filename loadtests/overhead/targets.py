@@ -122,6 +122,16 @@ def start_valkey(name: str, workdir: Path) -> tuple[Child, str]:
     return child, url
 
 
+def triage_child(name: str, config: Path, log: Path, tree: Path | None = None, wrap: tuple[str, ...] = ()) -> Child:
+    """``python -m triage serve --config <config>``, with ``tree``'s code when one is given.
+    ``python -m`` puts its working folder first on the path, before ``PYTHONPATH``: a child
+    started in this checkout imports this checkout's code whatever ``PYTHONPATH`` says, so a
+    tree's child starts in that tree."""
+    env = {"PYTHONPATH": str(tree.resolve())} if tree is not None else None
+    return Child(f"triage {name}", [*wrap, sys.executable, "-m", "triage", "serve", "--config", str(config)], log,
+                 env=env, cwd=tree.resolve() if tree is not None else None)
+
+
 def start_triage(policy: str, redis_url: str, backend_url: str, model: str, workdir: Path,
                  workers: int = 1, tree: Path | None = None, wrap: tuple[str, ...] = (),
                  ready_s: float = 60, settings: dict[str, Any] | None = None) -> Target:
@@ -142,9 +152,7 @@ def start_triage(policy: str, redis_url: str, backend_url: str, model: str, work
     } | (settings or {})
     path = workdir / f"triage-{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    env = {"PYTHONPATH": str(tree.resolve())} if tree is not None else None
-    child = Child(f"triage {name}", [*wrap, sys.executable, "-m", "triage", "serve", "--config", str(path)],
-                  workdir / f"triage-{name}.log", env=env)
+    child = triage_child(name, path, workdir / f"triage-{name}.log", tree, wrap)
     child.spawn()
     url = f"http://127.0.0.1:{port}"
     child.wait_ready(_http_ok(url + "/ready"), ready_s)

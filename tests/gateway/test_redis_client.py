@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from redis.asyncio import RedisCluster
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 
 from gateway.server import redis_client
 from gateway.server.redis_client import CLUSTER, SENTINEL, SINGLE, parse
@@ -102,5 +104,55 @@ async def test_the_command_client_runs_scripts_and_two_word_commands_packed_by_h
         assert await script(keys=["k:{p}"], args=["héllo", 0.25]) == ["héllo".encode(), b"0.25", b"k:{p}"]
         assert "maxmemory" in await client.config_get("maxmemory")
         assert any(c["name"] == "t-packed" for c in await client.client_list())
+    finally:
+        await client.aclose()
+
+
+async def test_commands_one_after_another_take_and_give_back_connections_the_quick_way(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a connection free and nobody waiting, a command takes it and gives it back
+    without redis-py's condition, lock and timer; the pool ends as it began."""
+    slow = {"get": 0, "release": 0}
+    get, release = BlockingConnectionPool.get_connection, BlockingConnectionPool.release
+
+    async def counted_get(self: BlockingConnectionPool, *args: object, **kwargs: object) -> object:
+        slow["get"] += 1
+        return await get(self, *args, **kwargs)
+
+    async def counted_release(self: BlockingConnectionPool, connection: object) -> None:
+        slow["release"] += 1
+        await release(self, connection)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BlockingConnectionPool, "get_connection", counted_get)
+    monkeypatch.setattr(BlockingConnectionPool, "release", counted_release)
+    client = redis_client.command_client(redis_url, "quick-test")
+    try:
+        for i in range(20):
+            await client.set(f"quick-{i}", i)
+        assert [int(v) for v in await client.mget([f"quick-{i}" for i in range(20)])] == list(range(20))
+        pool = client.connection_pool
+        assert slow == {"get": 1, "release": 0}  # only the first, which had to make the connection
+        assert len(pool._available_connections) == 1 and not pool._in_use_connections
+        await client.delete(*[f"quick-{i}" for i in range(20)])
+    finally:
+        await client.aclose()
+
+
+async def test_a_burst_past_the_pool_waits_its_turn_and_every_connection_comes_back(redis_url: str, redis: Redis) -> None:
+    """Past ``max_connections`` callers wait redis-py's way; a connection the server closed is
+    replaced on the way out; nothing is lost and the pool ends with every connection free."""
+    client = redis_client.command_client(redis_url, "quick-burst", max_connections=3)
+    try:
+        replies = await asyncio.gather(*(client.incr("quick-burst") for _ in range(50)))
+        assert sorted(replies) == list(range(1, 51))
+        pool = client.connection_pool
+        assert len(pool._available_connections) == 3 and not pool._in_use_connections
+        for seen in await redis.client_list():  # the server closes the pool's connections
+            if seen["name"] == "quick-burst":
+                await redis.client_kill_filter(_id=seen["id"])
+        assert await asyncio.gather(*(client.incr("quick-burst") for _ in range(6))) is not None
+        assert int(await client.get("quick-burst")) == 56 and not pool._in_use_connections
+        await client.delete("quick-burst")
     finally:
         await client.aclose()

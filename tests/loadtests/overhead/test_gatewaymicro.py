@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loadtests.overhead import gatewaymicro
 from loadtests.overhead.gatewaymicro import Counted
+from loadtests.overhead.targets import triage_child
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_background_of_the_busy_time_is_taken_off_per_request() -> None:
@@ -26,3 +31,19 @@ def test_without_valgrind_it_says_so(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr(gatewaymicro.shutil, "which", lambda name: None)
     assert gatewaymicro.main([]) == 2
     assert "valgrind" in capsys.readouterr().err
+
+
+def test_a_baseline_gateway_runs_its_own_trees_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--baseline``/``--before``: the child runs the other tree's ``triage``, not this
+    checkout's, though it is started from this checkout (where ``python -m`` finds this
+    checkout's first, whatever ``PYTHONPATH`` says)."""
+    tree = tmp_path / "tree"
+    (tree / "triage").mkdir(parents=True)
+    (tree / "triage" / "__init__.py").write_text("")
+    (tree / "triage" / "__main__.py").write_text("import triage, sys; print('ran', triage.__file__, sys.argv[1:])\n")
+    monkeypatch.chdir(ROOT)  # where the benchmarks are run from
+    log = tmp_path / "child.log"
+    child = triage_child("baseline", tmp_path / "c.yaml", log, tree)
+    child.spawn()
+    assert child.proc is not None and child.proc.wait(timeout=60) == 0, log.read_text()
+    assert f"ran {tree / 'triage' / '__init__.py'} ['serve', '--config'" in log.read_text()

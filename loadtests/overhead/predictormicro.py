@@ -95,6 +95,9 @@ def instructions(callgrind_out: str) -> int:
 
 def compare(trees: dict[str, Path], data_dir: Path, per_file: int, rounds: int, count: bool) -> dict[str, Any]:
     """Each tree's CPU µs per request (median, best), digest and, with ``count``, instructions per request."""
+    valgrind = shutil.which("valgrind") if count else None
+    if count and valgrind is None:
+        raise SystemExit("--instructions needs valgrind (Debian's package valgrind)")
     cpu: dict[str, list[float]] = {name: [] for name in trees}
     digests: dict[str, str] = {}
     for _ in range(rounds):  # alternating, so drift on the machine falls on both
@@ -106,10 +109,7 @@ def compare(trees: dict[str, Path], data_dir: Path, per_file: int, rounds: int, 
     for name, root in trees.items():
         result[name] = {"cpu_us_median": statistics.median(cpu[name]), "cpu_us_best": min(cpu[name]),
                         "digest": digests[name]}  # fmt: skip
-        if count:
-            valgrind = shutil.which("valgrind")
-            if valgrind is None:
-                raise SystemExit("--instructions needs valgrind (Debian's package valgrind)")
+        if valgrind is not None:
             one, two = (_worker(root, data_dir, per_file, passes, Path(valgrind)) for passes in (1, 2))
             result[name]["instructions"] = (two["instructions"] - one["instructions"]) // one["requests"]
     return result

@@ -127,9 +127,9 @@ def triage_child(name: str, config: Path, log: Path, tree: Path | None = None, w
     ``python -m`` puts its working folder first on the path, before ``PYTHONPATH``: a child
     started in this checkout imports this checkout's code whatever ``PYTHONPATH`` says, so a
     tree's child starts in that tree."""
-    env = {"PYTHONPATH": str(tree.resolve())} if tree is not None else None
+    root = tree.resolve() if tree is not None else None
     return Child(f"triage {name}", [*wrap, sys.executable, "-m", "triage", "serve", "--config", str(config)], log,
-                 env=env, cwd=tree.resolve() if tree is not None else None)
+                 env={"PYTHONPATH": str(root)} if root is not None else None, cwd=root)
 
 
 def start_triage(policy: str, redis_url: str, backend_url: str, model: str, workdir: Path,

@@ -74,13 +74,11 @@ class SharedState:
     # Hot path: plain dict arithmetic, no I/O.
 
     def get(self, field: Key) -> float:
-        """A sum by its field name or its key."""
-        return self.values.get(key_of(field) if isinstance(field, str) else field, 0.0)
+        """A sum by its key (``key_of``: a name that is not a feature's is its own key)."""
+        return self.values.get(field, 0.0)
 
     def add(self, field: Key, delta: float) -> None:
-        """Add to a sum, by its field name or its key."""
-        if isinstance(field, str):
-            field = key_of(field)
+        """Add to a sum, by its key."""
         values = self.values
         values[field] = values.get(field, 0.0) + delta
         pending = self.pending

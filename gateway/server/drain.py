@@ -57,12 +57,21 @@ ACCEPTED_POLL_S = 0.05
 class _Running:
     """One inference request in flight, as the middleware sees it."""
 
-    __slots__ = ("started", "finished", "cut")
+    __slots__ = ("started", "finished", "cut", "receiving", "ended_by_cut")
 
     def __init__(self) -> None:
         self.started = False  # the response's head went out
         self.finished = False  # its last byte went out
-        self.cut = asyncio.Event()  # the drain ran out of time: end it now
+        self.cut = False  # the drain ran out of time: end it now
+        self.receiving: set[asyncio.Task[Any]] = set()  # tasks waiting for the client's next message
+        self.ended_by_cut: set[asyncio.Task[Any]] = set()  # of those, the ones ``end`` cancelled
+
+    def end(self) -> None:
+        """Cut it: a task waiting for the client's next message is told the client left."""
+        self.cut = True
+        for task in self.receiving:
+            self.ended_by_cut.add(task)
+            task.cancel()
 
 
 class Drain:
@@ -117,8 +126,8 @@ class Drain:
         else:
             log.warning("draining: %d request(s) still running after %.0f s; they are ended", self.in_flight,
                         self.timeout_s)
-        for running in self._running:
-            running.cut.set()
+        for running in list(self._running):
+            running.end()
         await self._wait_idle(CUT_GRACE_S)  # their cleanup: upstream closed, lease released
         return False
 
@@ -166,7 +175,7 @@ class InFlight:
         running = _Running()
 
         async def guarded_send(message: dict[str, Any]) -> None:
-            if running.cut.is_set():
+            if running.cut:
                 return  # the middleware answers from here on
             if message["type"] == "http.response.start":
                 running.started = True
@@ -175,26 +184,30 @@ class InFlight:
             await send(message)
 
         async def guarded_receive() -> dict[str, Any]:
-            if running.cut.is_set():
+            # No task of its own and no race: a cut cancels the waiting task, and the
+            # cancellation it made (that one only) becomes the client leaving.
+            if running.cut:
                 return {"type": "http.disconnect"}
-            message = asyncio.ensure_future(receive())
-            cut = asyncio.ensure_future(running.cut.wait())
+            task = asyncio.current_task()
+            assert task is not None
+            running.receiving.add(task)
             try:
-                await asyncio.wait({message, cut}, return_when=asyncio.FIRST_COMPLETED)
-            finally:  # a watcher stopped at the response's end cancels this wait: leave no task behind
-                cut.cancel()
-                if not message.done():
-                    message.cancel()
-            if message.done() and not message.cancelled():
-                return message.result()
-            return {"type": "http.disconnect"}
+                return await receive()
+            except asyncio.CancelledError:
+                if task in running.ended_by_cut:
+                    running.ended_by_cut.discard(task)
+                    if task.uncancel() == 0:  # nobody else cancelled it meanwhile
+                        return {"type": "http.disconnect"}
+                raise
+            finally:
+                running.receiving.discard(task)
 
         self.drain.enter(running)
         try:
             await self.app(scope, guarded_receive, guarded_send)
         finally:
             self.drain.leave(running)
-        if running.cut.is_set() and not running.finished:
+        if running.cut and not running.finished:
             await _end(running, scope, receive, send)
 
 

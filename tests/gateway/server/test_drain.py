@@ -148,3 +148,30 @@ async def test_a_second_signal_ends_the_running_requests_at_once() -> None:
     assert await draining is False  # not an hour later
     await task
     assert app.client_left == 1 and drain.hurried
+
+
+async def test_a_receive_the_app_cancels_itself_stays_cancelled_and_a_cut_one_is_a_disconnect() -> None:
+    """``guarded_receive`` waits in the caller's own task: a cut cancels that task and turns
+    that cancellation, and only that one, into ``http.disconnect``."""
+    drain = Drain(timeout_s=0)
+    seen: list[object] = []
+    waiting = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        own = asyncio.ensure_future(receive())
+        await eventually(lambda: any(r.receiving for r in drain._running))  # it waits for the client
+        own.cancel()  # the app gives up on a receive of its own
+        with pytest.raises(asyncio.CancelledError):
+            await own
+        seen.append("own cancelled")
+        waiting.set()
+        seen.append((await receive())["type"])  # then waits again, and the drain cuts it
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+    exchange = Exchange()
+    task = start(InFlight(app, drain), exchange)
+    await waiting.wait()
+    assert await drain.run() is False
+    await task
+    assert seen == ["own cancelled", "http.disconnect"]
+    assert exchange.status == 503 and drain.in_flight == 0

@@ -17,8 +17,9 @@ from starlette.responses import Response
 
 from gateway.api import admin, admin_keys
 from gateway.api.auth import Authenticator, quota_limits
+from gateway.api.direct import TriageApp
 from gateway.api.keystore import KeyStore
-from gateway.api.routes import router
+from gateway.api.routes import INFERENCE, router
 from gateway.api.state import Gateway
 from gateway.errors import GatewayError
 from gateway.request.backoff import Backoff
@@ -270,8 +271,10 @@ def create_app(
             await start_all(stack, reloader)
             yield
 
-    app = FastAPI(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = TriageApp(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)
+    for path, handler in INFERENCE.items():
+        app.direct(path, handler)
     app.include_router(admin.router)
     app.include_router(admin_keys.router)
     app.state.drain = drain

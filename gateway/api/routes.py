@@ -108,10 +108,11 @@ async def embeddings(request: Request) -> Response:
     return await _inference(request, Endpoint.EMBEDDINGS)
 
 
-# plain Starlette routes: FastAPI's per-request dependency solving buys nothing here
-router.add_route("/v1/chat/completions", chat_completions, methods=["POST"], include_in_schema=False)
-router.add_route("/v1/completions", completions, methods=["POST"], include_in_schema=False)
-router.add_route("/v1/embeddings", embeddings, methods=["POST"], include_in_schema=False)
+# the inference endpoints: served past FastAPI's stack (``direct.py``), and plain Starlette
+# routes too, so that another method gets the router's 405
+INFERENCE = {"/v1/chat/completions": chat_completions, "/v1/completions": completions, "/v1/embeddings": embeddings}
+for _path, _handler in INFERENCE.items():
+    router.add_route(_path, _handler, methods=["POST"], include_in_schema=False)
 
 
 def _card(card: dict[str, Any], now: int) -> dict[str, Any]:

@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-import httpx
-
 from gateway.errors import GatewayError, from_scheduler
 from gateway.request.context import queued_comments, until_disconnect
 from gateway.request.disconnect import DisconnectWatch
 from gateway.request.exchange import Exchange, refused, sse_event
+from gateway.upstream.client import UpstreamResponse
 from gateway.upstream.refusal import OVERLOADED, Cooldown
 from scheduler.errors import BackendOverloaded, SchedulerError
 from scheduler.job import Job
@@ -34,11 +33,11 @@ class Backoff:
     def __init__(self, cooldown: Cooldown | None = None) -> None:
         self.cooldown = cooldown or Cooldown()
 
-    def applies(self, response: httpx.Response) -> bool:
+    def applies(self, response: UpstreamResponse) -> bool:
         """Is this answer (status and headers in, body unread) an overload refusal?"""
         return response.status_code in OVERLOADED
 
-    async def requeue(self, job: Job, ex: Exchange, response: httpx.Response) -> asyncio.Future[Grant]:
+    async def requeue(self, job: Job, ex: Exchange, response: UpstreamResponse) -> asyncio.Future[Grant]:
         """Read the refusal and queue the request again: the future of its next grant.
         Raises our 429/503 (``GatewayError``) when it cannot wait any longer."""
         assert job.grant is not None
@@ -56,7 +55,7 @@ class Backoff:
         finally:
             ex.end(CallResult(False, status))  # the span (back_off ended the part)
 
-    async def again(self, watch: DisconnectWatch, job: Job, ex: Exchange, response: httpx.Response) -> None:
+    async def again(self, watch: DisconnectWatch, job: Job, ex: Exchange, response: UpstreamResponse) -> None:
         """Queue the request again and wait, watching the client, for its next grant.
         Raises our 429/503 when it cannot wait any longer."""
         waiting = await self.requeue(job, ex, response)
@@ -67,7 +66,7 @@ class Backoff:
         ex.reset()
 
     async def again_in_stream(
-        self, job: Job, ex: Exchange, response: httpx.Response, every_s: float
+        self, job: Job, ex: Exchange, response: UpstreamResponse, every_s: float
     ) -> AsyncGenerator[bytes, None]:
         """``again`` for a stream whose 200 has gone out: keep-alive comments while it
         waits; when it cannot wait, the SSE error event it ends with (``ex.response`` then

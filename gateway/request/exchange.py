@@ -14,7 +14,6 @@ import dataclasses
 import time
 from collections.abc import AsyncGenerator
 
-import httpx
 import orjson
 
 from gateway import sse
@@ -25,7 +24,14 @@ from gateway.request.resume import Transcript, by_ids, resumable
 from gateway.schemas import Carried, Endpoint, InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
 from gateway.telemetry.tracing import BackendCall, Reply
-from gateway.upstream.client import Upstream, UpstreamCall, UpstreamError, headers_for, upstream_errors
+from gateway.upstream.client import (
+    Upstream,
+    UpstreamCall,
+    UpstreamError,
+    UpstreamResponse,
+    headers_for,
+    upstream_errors,
+)
 from scheduler.backends.backend import BackendConfig
 from scheduler.errors import BackendOverloaded, SchedulerError
 from scheduler.job import Job
@@ -37,7 +43,7 @@ class Exchange:
 
     def __init__(self, upstream: Upstream, req: InferenceRequest, ctx: RequestContext) -> None:
         self.upstream, self.req, self.ctx = upstream, req, ctx
-        self.response: httpx.Response | None = None  # the current call's answer
+        self.response: UpstreamResponse | None = None  # the current call's answer
         self.sent_at = 0.0  # when the current call was sent
         self.call: BackendCall | None = None  # the current call's span, until it ends
         self.reply: Reply | None = None  # usage and timing of the answer, once known
@@ -96,7 +102,7 @@ class Exchange:
             self._rendered_prompt = prompt
         return self._rendered_prompt
 
-    async def open(self, job: Job, body: bytes | None = None, endpoint: Endpoint | None = None) -> httpx.Response:
+    async def open(self, job: Job, body: bytes | None = None, endpoint: Endpoint | None = None) -> UpstreamResponse:
         """Send the request (``body``: the client's own, rewritten only where it must be)
         to the backend of the job's current grant (at ``endpoint``: the request's own if None)."""
         assert job.grant is not None and job.route is not None
@@ -131,7 +137,7 @@ class Exchange:
         tpot_s = self.client_tpot_s if self.client_tpot_s is not None else result.tpot_s
         self.ctx.trace.call_done(call, result.tokens, result.ok, result.status, tpot_s, self.reply)
 
-    async def read_refusal(self, job: Job, response: httpx.Response) -> None:
+    async def read_refusal(self, job: Job, response: UpstreamResponse) -> None:
         """The whole body of a non-200 answer to a stream; one that breaks off is a 502
         (the job and the span told it failed)."""
         try:
@@ -142,7 +148,7 @@ class Exchange:
             self.end(CallResult.failed())
             raise upstream_failed(f"its error answer broke off: {exc}") from None
 
-    def whole(self, response: httpx.Response) -> CallResult:
+    def whole(self, response: UpstreamResponse) -> CallResult:
         """How a whole answer (non-streamed, or refused) ended."""
         status = response.status_code
         self.reply = Reply.from_body(response.content) if status == 200 else None

@@ -20,7 +20,6 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from functools import partial
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -35,7 +34,7 @@ from gateway.request.resume import PAUSED, Transcript, resumable
 from gateway.request.whole import Shapes, as_stream, collectable
 from gateway.schemas import Endpoint, InferenceRequest
 from gateway.telemetry.stream_stats import StreamStats
-from gateway.upstream.client import Upstream, UpstreamError
+from gateway.upstream.client import Upstream, UpstreamError, UpstreamResponse
 from gateway.upstream.refusal import client_error
 from scheduler.errors import SchedulerError
 from scheduler.job import Job, JobRequest
@@ -99,7 +98,7 @@ class Proxy:
                 watch.stop()
                 job.finish(CallResult.client_gone(), None)  # a no-op when the answer finished it
 
-    async def _open_with_retry(self, watch: DisconnectWatch, job: Job, ex: Exchange) -> httpx.Response:
+    async def _open_with_retry(self, watch: DisconnectWatch, job: Job, ex: Exchange) -> UpstreamResponse:
         """Call the backend; if it fails before the first byte, once more on another."""
         try:
             with watch.guard():

@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import anyio
-import httpx
 import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -29,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import sse
 from gateway.request.disconnect import ClientGone, DisconnectWatch
 from gateway.telemetry.stream_stats import StreamStats
-from gateway.upstream.client import UpstreamError, upstream_errors
+from gateway.upstream.client import UpstreamError, UpstreamResponse, upstream_errors
 
 _USAGE_MARKS = (b'"usage":{', b'"usage": {')
 # a chunk that carries generated text or a tool call (a first chat chunk often has only the role)
@@ -44,7 +43,7 @@ def _has_usage(block: bytes) -> bool:
 
 
 async def relay_events(
-    response: httpx.Response, keep_usage: bool, stats: StreamStats, trailer: bytes | None = None
+    response: UpstreamResponse, keep_usage: bool, stats: StreamStats, trailer: bytes | None = None
 ) -> AsyncGenerator[bytes, None]:
     """Every complete event the upstream read brought, as one block, as soon as it came.
 

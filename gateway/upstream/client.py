@@ -2,19 +2,24 @@
 become ``UpstreamError``: every call to a backend (requests, streams, probes) runs in it.
 
 One ``AsyncClient`` serves every backend, over ``FastTransport`` (``transport.py``:
-keep-alive connections per host, O(1) per request). Streams are opened with
-``send(stream=True)`` so the status is known before the client's response starts; the
-caller must close them (``RelayResponse`` does).
+keep-alive connections per host, O(1) per request). ``Upstream.open`` sends a request
+to a plain-HTTP backend past the client (the direct path: the head written from the
+call's parts, the answer an ``Answer``, no ``httpx.Request`` or ``Response`` built — about
+as much work as the rest of the upstream call); an ``https://`` backend goes through the
+client. Either way the status is known before the client's response starts, and a
+stream must be closed by the caller (``RelayResponse`` does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
+from gateway.upstream.connection import encode_post
 from gateway.upstream.transport import FastTransport
 from scheduler.backends.backend import BackendConfig
 
@@ -80,10 +85,77 @@ def headers_for(backend: BackendConfig, request_id: str, extra: dict[str, str] |
 _URLS_KEPT = 1024  # parsed upstream URLs (backends x paths; a reload may add some)
 
 
+class RawHeaders:
+    """An answer's headers as they came; ``get`` by name, any case (the first such header)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.raw = raw
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        key = name.lower().encode("latin-1")
+        for found, value in self.raw:
+            if found.lower() == key:
+                return value.decode("latin-1")
+        return default
+
+
+class Answer:
+    """A backend's answer on the direct path: what the request path reads of an
+    ``httpx.Response`` (``status_code``, ``headers.get``, ``content`` once read, ``aread``,
+    ``aiter_raw``, ``aclose``, ``is_closed``), built from the transport's parts."""
+
+    __slots__ = ("status_code", "headers", "is_closed", "_body", "_content")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: httpx.AsyncByteStream) -> None:
+        self.status_code = status
+        self.headers = RawHeaders(headers)
+        self.is_closed = False  # closed, or read whole by ``aread``
+        self._body = body
+        self._content: bytes | None = None
+
+    @property
+    def content(self) -> bytes:
+        if self._content is None:
+            raise httpx.ResponseNotRead()
+        return self._content
+
+    async def aread(self) -> bytes:
+        if self._content is None:
+            self._content = b"".join([chunk async for chunk in self._body])
+            self.is_closed = True
+        return self._content
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._body.__aiter__()
+
+    async def aclose(self) -> None:
+        self.is_closed = True
+        await self._body.aclose()
+
+
+UpstreamResponse = Answer | httpx.Response
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a plain-HTTP upstream URL's requests go, and how its head names it."""
+
+    origin: tuple[str, int]
+    path: bytes  # the request target: the path and query
+    host: bytes  # the Host header's value
+
+
 class Upstream:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
         self._urls: dict[str, httpx.URL] = {}
+        self._targets: dict[str, _Target | None] = {}
+        transport = client._transport  # the direct path's, where it is ours (make_client)
+        self._direct = transport if isinstance(transport, FastTransport) else None
+        t = client.timeout
+        self._timeouts: dict[str, Any] = {"connect": t.connect, "read": t.read, "write": t.write}
 
     def _url(self, url: str) -> httpx.URL:
         """The parsed URL, parsed once: httpx parses a string URL twice per request, about
@@ -95,11 +167,37 @@ class Upstream:
             parsed = self._urls[url] = httpx.URL(url)
         return parsed
 
-    async def open(self, call: UpstreamCall, stream: bool) -> httpx.Response:
+    def _target(self, url: str) -> _Target | None:
+        """The direct path's target for ``url``; None for a URL it does not take (https)."""
+        try:
+            return self._targets[url]
+        except KeyError:
+            pass
+        parsed = self._url(url)
+        target = None
+        if parsed.scheme == "http" and self._direct is not None:
+            port = parsed.port
+            host = parsed.raw_host + (b":%d" % port if port is not None else b"")
+            target = _Target((parsed.host, port or 80), parsed.raw_path, host)
+        if len(self._targets) >= _URLS_KEPT:
+            self._targets.clear()
+        self._targets[url] = target
+        return target
+
+    async def open(self, call: UpstreamCall, stream: bool) -> UpstreamResponse:
         """Send the request; for streams, return once the status and headers are in."""
-        request = self.client.build_request("POST", self._url(call.url), content=call.body, headers=call.headers)
+        target = self._target(call.url)
         with upstream_errors():
-            response = await self.client.send(request, stream=True)
+            if target is not None:
+                assert self._direct is not None
+                message = encode_post(target.path, target.host, call.headers, len(call.body)) + call.body
+                status, headers, body = await self._direct.send_message(target.origin, "POST", message,
+                                                                          self._timeouts)
+                response: UpstreamResponse = Answer(status, headers, body)
+            else:
+                request = self.client.build_request("POST", self._url(call.url), content=call.body,
+                                                    headers=call.headers)
+                response = await self.client.send(request, stream=True)
             if not stream:
                 try:
                     await response.aread()

@@ -1,7 +1,8 @@
 """One HTTP/1.1 connection to a backend, and the message heads it carries.
 
 ``Conn`` wraps an asyncio stream pair with a read deadline checked by a lazy timer;
-``encode_head`` writes a request head, ``parse_head`` reads a response head. Failures
+``encode_head`` writes an ``httpx.Request``'s head, ``encode_post`` a POST's head from its
+parts (the direct path, ``client.py``), ``parse_head`` reads a response head. Failures
 are httpx's own exceptions (see ``transport.py``); ``Stale`` and ``TimedOut`` are the
 transport's private signals.
 """
@@ -41,7 +42,7 @@ class Conn:
     def alive(self) -> bool:
         return not self.reader.at_eof() and not self.writer.transport.is_closing()
 
-    async def read(self, limit_s: float | None, request: httpx.Request) -> bytes:
+    async def read(self, limit_s: float | None, request: httpx.Request | None) -> bytes:
         """Whatever has arrived, up to 64 KiB; b"" at the end of the connection."""
         if limit_s is not None:
             self._arm(limit_s)
@@ -54,7 +55,7 @@ class Conn:
         finally:
             self._deadline = None
 
-    async def read_head(self, limit_s: float | None, request: httpx.Request) -> bytes:
+    async def read_head(self, limit_s: float | None, request: httpx.Request | None) -> bytes:
         if limit_s is not None:
             self._arm(limit_s)
         try:
@@ -117,7 +118,26 @@ def encode_head(request: httpx.Request, body_len: int) -> bytes:
     return b"".join(parts)
 
 
-def parse_head(head: bytes, request: httpx.Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+# what every request on the direct path says besides its own headers: the body is never
+# compressed (it is relayed as it comes), the connection is kept
+FIXED_HEADERS = b"accept: */*\r\naccept-encoding: identity\r\nconnection: keep-alive\r\nuser-agent: triage\r\n"
+
+
+def encode_post(target: bytes, host: bytes, headers: dict[str, str], body_len: int) -> bytes:
+    """A POST's head: ``target`` (the path and query, as sent), ``host`` (the Host header's
+    value), ``headers`` (lower-case names; no Host, Content-Length or Transfer-Encoding).
+    A name or value that could split the head is refused (``httpx.LocalProtocolError``)."""
+    parts = [b"POST ", target, b" HTTP/1.1\r\nhost: ", host, b"\r\n", FIXED_HEADERS]
+    for name, value in headers.items():
+        line = f"{name}: {value}\r\n"
+        if "\r" in line[:-2] or "\n" in line[:-2]:
+            raise httpx.LocalProtocolError(f"a line break in the {name!r} header")
+        parts.append(line.encode("latin-1"))
+    parts.append(b"content-length: %d\r\n\r\n" % body_len)
+    return b"".join(parts)
+
+
+def parse_head(head: bytes, request: httpx.Request | None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     lines = head[:-4].split(b"\r\n")
     status_line = lines[0].split(b" ", 2)
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():

@@ -53,7 +53,7 @@ class _Body(httpx.AsyncByteStream):
     """A response body; its connection goes back to the pool only if read to the end."""
 
     def __init__(
-        self, transport: FastTransport, origin: tuple[str, int], conn: Conn, request: httpx.Request,
+        self, transport: FastTransport, origin: tuple[str, int], conn: Conn, request: httpx.Request | None,
         read_timeout: float | None, length: int | None, chunked: bool, keep_alive: bool,
     ) -> None:
         self._transport = transport
@@ -187,25 +187,46 @@ class FastTransport(httpx.AsyncBaseTransport):
             if self._tls is None:
                 self._tls = httpx.AsyncHTTPTransport()
             return await self._tls.handle_async_request(request)
-        timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
-        origin = (url.host, url.port or 80)
         body = await request.aread()
         message = encode_head(request, len(body)) + body
+        timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
+        status, meta, headers, stream = await self._send((url.host, url.port or 80), request.method, message,
+                                                         timeouts, request)
+        version, _, reason = meta.partition(b"\x00")
+        return httpx.Response(
+            status, headers=headers, stream=stream,
+            extensions={"http_version": version, "reason_phrase": reason},
+        )
+
+    async def send_message(
+        self, origin: tuple[str, int], method: str, message: bytes, timeouts: dict[str, Any]
+    ) -> tuple[int, list[tuple[bytes, bytes]], httpx.AsyncByteStream]:
+        """A whole request message (head and body, ``connection.encode_post``) sent to
+        ``origin`` over plain HTTP, without an ``httpx.Request``: the status, the raw headers
+        and the body (closed early, it closes its connection). Errors as above."""
+        status, _, headers, stream = await self._send(origin, method, message, timeouts, None)
+        return status, headers, stream
+
+    async def _send(
+        self, origin: tuple[str, int], method: str, message: bytes, timeouts: dict[str, Any],
+        request: httpx.Request | None,
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Body]:
         conn = self._checkout(origin)
         if conn is not None:
             try:
-                return await self._exchange(origin, conn, request, message, timeouts)
+                return await self._exchange(origin, conn, method, request, message, timeouts)
             except Stale:
                 pass  # closed by the server while idle: once more on a new connection
         conn = await self._connect(origin, request, timeouts.get("connect"))
         try:
-            return await self._exchange(origin, conn, request, message, timeouts)
+            return await self._exchange(origin, conn, method, request, message, timeouts)
         except Stale:
             raise httpx.RemoteProtocolError("the backend closed the connection without answering", request=request) from None
 
     async def _exchange(
-        self, origin: tuple[str, int], conn: Conn, request: httpx.Request, message: bytes, timeouts: dict[str, Any]
-    ) -> httpx.Response:
+        self, origin: tuple[str, int], conn: Conn, method: str, request: httpx.Request | None, message: bytes,
+        timeouts: dict[str, Any],
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Body]:
         read_timeout = timeouts.get("read")
         try:
             conn.writer.write(message)
@@ -222,10 +243,9 @@ class FastTransport(httpx.AsyncBaseTransport):
                 status, meta, headers = parse_head(head, request)
                 if not 100 <= status < 200 or status == 101:
                     break  # interim (1xx) answers are skipped
-            version, _, reason = meta.partition(b"\x00")
             length: int | None = None
             chunked = False
-            keep_alive = version == b"HTTP/1.1"
+            keep_alive = meta.startswith(b"HTTP/1.1\x00")
             for name, value in headers:
                 lower = name.lower()
                 if lower == b"content-length":
@@ -242,7 +262,7 @@ class FastTransport(httpx.AsyncBaseTransport):
                         keep_alive = True
             if chunked:
                 length = None
-            if request.method == "HEAD" or status in _NO_BODY_STATUS:
+            if method == "HEAD" or status in _NO_BODY_STATUS:
                 length, chunked = 0, False
         except BaseException:
             conn.close()
@@ -250,10 +270,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         stream = _Body(self, origin, conn, request, read_timeout, length, chunked, keep_alive)
         if length == 0:
             stream._done()
-        return httpx.Response(
-            status, headers=headers, stream=stream,
-            extensions={"http_version": version, "reason_phrase": reason},
-        )
+        return status, meta, headers, stream
 
     def _checkout(self, origin: tuple[str, int]) -> Conn | None:
         idle = self._idle.get(origin)
@@ -281,7 +298,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         while idle and (len(idle) > self._max_idle or not idle[0].alive() or now - idle[0].idle_since >= self._expiry):
             idle.popleft().close()
 
-    async def _connect(self, origin: tuple[str, int], request: httpx.Request, limit_s: float | None) -> Conn:
+    async def _connect(self, origin: tuple[str, int], request: httpx.Request | None, limit_s: float | None) -> Conn:
         try:
             async with asyncio.timeout(limit_s):
                 reader, writer = await asyncio.open_connection(origin[0], origin[1], limit=MAX_HEAD)

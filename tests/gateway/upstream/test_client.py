@@ -1,12 +1,18 @@
 """The boundary to backends: httpx errors become ``UpstreamError`` in one place, the
-headers a backend gets, and ``Upstream.open`` for whole answers and streams."""
+headers a backend gets, and ``Upstream.open`` for whole answers and streams — on the direct
+path (a plain-HTTP backend: the head written from the call's parts) as a real server reads it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+import orjson
 import pytest
 
 from gateway.upstream.client import (
+    Answer,
+    RawHeaders,
     Upstream,
     UpstreamCall,
     UpstreamError,
@@ -16,7 +22,7 @@ from gateway.upstream.client import (
     upstream_errors,
 )
 from scheduler.backends.backend import BackendConfig
-from tests.support import MODEL
+from tests.support import MODEL, running_app
 
 REQ = httpx.Request("POST", "http://b/v1/chat/completions")
 
@@ -61,7 +67,9 @@ async def test_open_reads_a_whole_answer_and_leaves_a_stream_to_the_caller(sim_u
         call = UpstreamCall(backend, "/v1/chat/completions", body % (MODEL.encode(), b"false"), headers_for(backend, "r"))
         assert call.url == f"{sim_url}/v1/chat/completions"
         whole = await upstream.open(call, stream=False)
-        assert whole.status_code == 200 and whole.is_closed and whole.json()["object"] == "chat.completion"
+        assert isinstance(whole, Answer)  # a plain-HTTP backend: the direct path
+        assert whole.status_code == 200 and whole.is_closed
+        assert orjson.loads(whole.content)["object"] == "chat.completion"
 
         stream_call = UpstreamCall(backend, "/v1/chat/completions", body % (MODEL.encode(), b"true"), headers_for(backend, "r"))
         stream = await upstream.open(stream_call, stream=True)
@@ -83,3 +91,68 @@ async def test_open_to_nowhere_is_an_upstream_error() -> None:
             await Upstream(client).open(UpstreamCall(backend, "/v1/completions", b"{}", {}), stream=False)
     finally:
         await client.aclose()
+
+
+class Recorder:
+    """A backend that answers every request with what it received: method, path, headers, body."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen = {"method": scope["method"], "path": scope["raw_path"].decode(),
+                "query": scope["query_string"].decode(), "body": body.decode(),
+                "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]]}
+        await send({"type": "http.response.start", "status": 201,
+                    "headers": [(b"content-type", b"application/json"), (b"X-Seen", b"yes")]})
+        await send({"type": "http.response.body", "body": orjson.dumps(seen)})
+
+
+async def test_the_direct_path_sends_one_well_formed_head_and_reads_the_answer() -> None:
+    client = make_client(10.0)
+    upstream = Upstream(client)
+    try:
+        with running_app(Recorder()) as url:
+            backend = BackendConfig("rec", f"{url}/prefix", "p", 1, api_key="sk-b")
+            call = UpstreamCall(backend, "/v1/completions?x=1", b'{"a": 1}',
+                                headers_for(backend, "req-1", {"traceparent": "00-t"}))
+            for _ in range(2):  # the second on the kept connection
+                answer = await upstream.open(call, stream=False)
+                assert isinstance(answer, Answer) and answer.status_code == 201
+                assert answer.headers.get("x-seen") == "yes" and answer.headers.get("X-SEEN") == "yes"
+                assert answer.headers.get("nothing") is None and answer.headers.get("nothing", "d") == "d"
+                seen = orjson.loads(answer.content)
+                assert (seen["method"], seen["path"], seen["query"], seen["body"]) == (
+                    "POST", "/prefix/v1/completions", "x=1", '{"a": 1}'
+                )
+                headers = dict(seen["headers"])
+                assert len(headers) == len(seen["headers"])  # each header once
+                host = url.removeprefix("http://")
+                assert headers == {
+                    "host": host, "content-type": "application/json", "x-request-id": "req-1",
+                    "authorization": "Bearer sk-b", "traceparent": "00-t", "content-length": "8",
+                    "accept": "*/*", "accept-encoding": "identity", "connection": "keep-alive", "user-agent": "triage",
+                }
+    finally:
+        await client.aclose()
+
+
+async def test_a_header_that_would_split_the_head_is_refused_before_anything_is_sent(sim_url: str) -> None:
+    client = make_client(10.0)
+    try:
+        backend = BackendConfig("sim", sim_url, "p", 1)
+        call = UpstreamCall(backend, "/v1/completions", b"{}", {"x-evil": "a\r\nx-injected: 1"})
+        with pytest.raises(UpstreamError, match="LocalProtocolError"):
+            await Upstream(client).open(call, stream=False)
+    finally:
+        await client.aclose()
+
+
+def test_raw_headers_are_read_by_name_in_any_case_first_one_wins() -> None:
+    headers = RawHeaders([(b"Retry-After", b"3"), (b"retry-after", b"9")])
+    assert headers.get("retry-after") == "3" and headers.get("RETRY-AFTER") == "3"

@@ -199,15 +199,22 @@ class _QuickPool(BlockingConnectionPool):
     def _free(self) -> bool:
         return self._quick and not self._lock.locked() and not self._condition.locked() and not self._condition._waiters
 
+    async def take(self) -> AbstractConnection | None:
+        """A free connection, checked, taken the quick way; None when there is none to take so."""
+        if not (self._available_connections and self._free()):
+            return None
+        connection = self._available_connections.pop()
+        self._in_use_connections.add(connection)
+        try:
+            await self.ensure_connection(connection)
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
+
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
-        if self._available_connections and self._free():
-            connection = self._available_connections.pop()
-            self._in_use_connections.add(connection)
-            try:
-                await self.ensure_connection(connection)
-            except BaseException:
-                await self.release(connection)
-                raise
+        connection = await self.take()
+        if connection is not None:
             return connection
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-any-return]
 
@@ -218,6 +225,41 @@ class _QuickPool(BlockingConnectionPool):
             self._available_connections.append(connection)
             return
         await super().release(connection)
+
+
+class _QuickRedis(Redis):
+    """redis-py's client for one server, with a quick way for a command on a connection
+    taken the quick way (``_QuickPool.take``).
+
+    redis-py wraps each command in a retry object with two closures, an awaited
+    initialisation, and awaited calls to its own operation metrics before and after (the
+    gateway does not use them): about a third of a script call's work on the client side.
+    Here the command is sent and its reply read and parsed as redis-py does
+    (``send_command``, ``parse_response``: its reply callbacks, its errors). Should the
+    connection fail (``ConnectionError``, ``TimeoutError``), it is closed and the command
+    goes redis-py's whole way, with its retries on a fresh connection (every command the
+    gateway sends is safe to run twice). Any other case goes redis-py's way from the start."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        pool = self.connection_pool
+        if self.connection is not None or not isinstance(pool, _QuickPool) or _special(args[0]):
+            return await super().execute_command(*args, **options)
+        connection = await pool.take()
+        if connection is None:
+            return await super().execute_command(*args, **options)
+        try:
+            await connection.send_command(*args)
+            return await self.parse_response(connection, args[0], **options)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError):
+            await connection.disconnect()
+        finally:
+            await pool.release(connection)
+        return await super().execute_command(*args, **options)  # once more, redis-py's way
+
+
+def _special(command: Any) -> bool:
+    """A command redis-py sends differently from its arguments (``HIMPORT SET``: per connection)."""
+    return isinstance(command, str | bytes) and command[:7].upper() in ("HIMPORT", b"HIMPORT")
 
 
 def command_client(url: str, name: str, max_connections: int = 64) -> Redis:
@@ -233,7 +275,7 @@ def command_client(url: str, name: str, max_connections: int = 64) -> Redis:
             client_name=name, retry_on_error=_RETRY_ON,
         )
         pool.connection_class = hiredis_packed(pool.connection_class)
-        return Redis.from_pool(pool)
+        return _QuickRedis.from_pool(pool)
     if target.kind == CLUSTER:
         return cast(Redis, _BoundedCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in target.nodes], max_in_flight=max_connections,

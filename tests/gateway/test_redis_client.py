@@ -10,6 +10,7 @@ from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from gateway.server import redis_client
 from gateway.server.redis_client import CLUSTER, SENTINEL, SINGLE, parse
 from gateway.settings import ConfigError, Settings, load_settings
+from tests.support import eventually
 
 
 @pytest.mark.parametrize(
@@ -154,5 +155,125 @@ async def test_a_burst_past_the_pool_waits_its_turn_and_every_connection_comes_b
         assert await asyncio.gather(*(client.incr("quick-burst") for _ in range(6))) is not None
         assert int(await client.get("quick-burst")) == 56 and not pool._in_use_connections
         await client.delete("quick-burst")
+    finally:
+        await client.aclose()
+
+
+async def test_a_command_on_a_quick_connection_skips_redis_pys_wrapping_and_keeps_its_replies(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands after the first go the quick way (never through redis-py's
+    ``execute_command``) with redis-py's reply callbacks and errors; scripts load on NOSCRIPT."""
+    from redis.exceptions import ResponseError
+
+    slow: list[object] = []
+    execute = Redis.execute_command
+
+    async def counted(self: Redis, *args: object, **options: object) -> object:
+        slow.append(args[0])
+        return await execute(self, *args, **options)
+
+    monkeypatch.setattr(Redis, "execute_command", counted)
+    client = redis_client.command_client(redis_url, "quick-exec")
+    try:
+        await client.ping()  # the first makes the connection, redis-py's way
+        assert slow == ["PING"]
+        assert await client.set("quick-exec", 1) is True  # reply callbacks: OK -> True
+        await client.hset("quick-exec-h", mapping={"a": "1", "b": "2"})
+        assert await client.hgetall("quick-exec-h") == {b"a": b"1", b"b": b"2"}
+        assert await client.exists("quick-exec", "nothing") == 1
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            await client.incr("quick-exec-h")
+        script = client.register_script("return tonumber(ARGV[1]) + 1")
+        assert await script(args=[41]) == 42
+        await client.script_flush()
+        assert await script(args=[1]) == 2  # NOSCRIPT: loaded again
+        assert slow == ["PING"]
+        assert len(client.connection_pool._available_connections) == 1
+        await client.delete("quick-exec", "quick-exec-h")
+    finally:
+        await client.aclose()
+
+
+class Relay:
+    """A TCP relay on loopback in front of the Redis server that can break a connection
+    after the server has answered, before the client gets the answer."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.connections = 0
+        self.cut_next_reply = False
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, replies: bool) -> None:
+            while data := await src.read(65536):
+                if replies and self.cut_next_reply:
+                    self.cut_next_reply = False
+                    break
+                dst.write(data)
+                await dst.drain()
+            writer.close()
+            up_writer.close()
+
+        await asyncio.gather(pump(reader, up_writer, False), pump(up_reader, writer, True), return_exceptions=True)
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_a_quick_command_whose_connection_breaks_runs_again_on_a_fresh_one(redis_url: str) -> None:
+    """The connection breaks after the server ran the command, before its reply came back:
+    the command goes redis-py's way, once more, on a new connection (as redis-py's own retry
+    does; every command the gateway sends is safe to run twice)."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(redis_url)
+    relay = Relay(where.hostname or "127.0.0.1", where.port or 6379)
+    port = await relay.start()
+    client = redis_client.command_client(f"redis://127.0.0.1:{port}{where.path}", "quick-broken")
+    try:
+        await client.set("quick-broken", "a")
+        assert relay.connections == 1
+        relay.cut_next_reply = True
+        assert await client.set("quick-broken", "b") is True
+        assert relay.connections == 2 and await client.get("quick-broken") == b"b"
+        pool = client.connection_pool
+        assert len(pool._available_connections) == 1 and not pool._in_use_connections
+        await client.delete("quick-broken")
+    finally:
+        await client.aclose()
+        await relay.stop()
+
+
+async def test_a_quick_command_cancelled_before_its_reply_leaves_no_reply_for_the_next(
+    redis_url: str, redis: Redis
+) -> None:
+    """A command cancelled while its reply is pending (a BLPOP) must not hand that reply to
+    the next command on the same connection."""
+    client = redis_client.command_client(redis_url, "quick-cancel", max_connections=1)
+    try:
+        await client.ping()
+        waiting = asyncio.ensure_future(client.blpop(["quick-cancel-list"], timeout=0))
+
+        async def blocked() -> bool:
+            return any(c["name"] == "quick-cancel" and c["cmd"] == "blpop" for c in await redis.client_list())
+
+        await eventually(blocked, every_s=0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await redis.rpush("quick-cancel-list", "x")  # a reply the cancelled BLPOP could now get
+        assert await client.set("quick-cancel-k", "v") is True
+        assert await client.get("quick-cancel-k") == b"v"
+        await redis.delete("quick-cancel-list", "quick-cancel-k")
     finally:
         await client.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -245,12 +246,14 @@ def reload_apply(settings: Settings, gateway: Gateway) -> Callable[[Settings], A
 
 def create_app(
     settings: Settings, *, tracer_provider: TracerProvider | None = None, otel: OtelConfig | None = None,
-    source: ConfigSource | None = None,
+    source: ConfigSource | None = None, freeze_after_start: bool = False,
 ) -> FastAPI:
     """``tracer_provider``: where spans go (tests pass one with an in-memory exporter);
     ``otel``: the exporters, by default from the standard ``OTEL_*`` environment;
     ``source``: where the settings came from, to reload them on SIGHUP or a file change
-    (``reload.py``); None: no reload."""
+    (``reload.py``); None: no reload. ``freeze_after_start``: a served process's (``serve.py``),
+    whose startup objects live as long as it does; not for a process that builds many apps
+    (tests), whose frozen objects would never be collected."""
     if not settings.redis_url:
         raise ValueError("create_app needs a redis_url (the command line starts the embedded one)")
     otel = otel if otel is not None else OtelConfig.from_env(os.environ)
@@ -269,6 +272,11 @@ def create_app(
                 if source is not None else None
             )
             await start_all(stack, reloader)
+            if freeze_after_start:
+                # What startup built (modules, settings, the predictor's state, the parts)
+                # lives as long as the process: moved out of the collector's sight, no
+                # collection walks it again. Objects made later are collected as before.
+                gc.freeze()
             yield
 
     app = TriageApp(title="Triage", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

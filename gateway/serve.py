@@ -100,7 +100,7 @@ def run(settings: Settings, source: ConfigSource | None = None) -> None:
         if settings.workers > 1:
             _run_workers(settings, source)
             return
-        app = create_app(settings, source=source)
+        app = create_app(settings, source=source, freeze_after_start=True)
         config = uvicorn.Config(
             app, log_level="info", timeout_graceful_shutdown=10, **server_options(settings),
         )
@@ -120,7 +120,7 @@ def worker_app(settings_json: str, source_doc: str | None = None) -> Any:
         from gateway.telemetry.request_log import to_stdout
 
         to_stdout()
-    app = create_app(settings, source=workers.source_of(source_doc))
+    app = create_app(settings, source=workers.source_of(source_doc), freeze_after_start=True)
     workers.keep_drain(app.state.drain)
     return app
 

@@ -4,18 +4,20 @@ Scripts live in ``lua/``. What every script shares is prepended to each, so each
 is one atomic unit: ``_common.lua`` (the pool's key names, the arguments, the record
 formats), ``_slots.lua`` (the pool's backends as one script sees them; taking and
 giving back a slot), ``_owners.lua`` (replicas: alive, the backends each can call,
-messages) and ``_dispatch.lua`` (the dispatch itself). redis-py's ``Script`` runs them
-by SHA and reloads them by itself after a Redis restart (NOSCRIPT).
+messages) and ``_dispatch.lua`` (the dispatch itself). ``LuaScript`` runs them by SHA
+and loads one again when the server answers NOSCRIPT (after a restart or a failover).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from scheduler.queue.keys import ApiKeyKeys, PoolKeys, QuotaKeys, StatsKeys
 from scheduler.queue.records import pack_cost, pack_progress, parse_message
@@ -26,6 +28,27 @@ LIBRARY = ("_common.lua", "_slots.lua", "_owners.lua", "_dispatch.lua")  # prepe
 
 def _source(name: str) -> str:
     return (resources.files("scheduler.queue") / "lua" / name).read_text(encoding="utf-8")
+
+
+class LuaScript:
+    """A Lua script called by its SHA (``EVALSHA``), loaded on NOSCRIPT (``SCRIPT LOAD``, then
+    once more). What redis-py's ``Script`` does for a client that is not a pipeline (the
+    scheduler never calls a script in one), without its imports and pipeline checks on every
+    call: two calls on every request's path."""
+
+    __slots__ = ("client", "script", "sha")
+
+    def __init__(self, client: Redis, script: str) -> None:
+        self.client = client
+        self.script = script
+        self.sha = hashlib.sha1(script.encode("utf-8")).hexdigest()
+
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        try:
+            return await self.client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[misc]
+        except NoScriptError:
+            self.sha = await self.client.script_load(self.script)
+            return await self.client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[misc]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +87,11 @@ class Scripts:
     def __init__(self, redis: Redis, timing: Timing, source: Callable[[str], str] = _source) -> None:
         lib = "\n".join(source(name) for name in LIBRARY) + "\n"
         self._timing = timing
-        self._enqueue = redis.register_script(lib + source("enqueue.lua"))
-        self._release = redis.register_script(lib + source("release.lua"))
-        self._cancel = redis.register_script(lib + source("cancel.lua"))
-        self._heartbeat = redis.register_script(lib + source("heartbeat.lua"))
-        self._backend = redis.register_script(lib + source("backend.lua"))
+        self._enqueue = LuaScript(redis, lib + source("enqueue.lua"))
+        self._release = LuaScript(redis, lib + source("release.lua"))
+        self._cancel = LuaScript(redis, lib + source("cancel.lua"))
+        self._heartbeat = LuaScript(redis, lib + source("heartbeat.lua"))
+        self._backend = LuaScript(redis, lib + source("backend.lua"))
         # (pool base, replica) -> the backends that replica registered through these scripts,
         # as enqueue.lua reads them ("b1|b2"): its grant then need not read them back
         self._reach: dict[tuple[str, str], str] = {}
@@ -173,9 +196,9 @@ class QuotaScripts:
     """``quota.lua`` (admit), ``quota_settle.lua`` (end) and ``quota_renew.lua`` (still running)."""
 
     def __init__(self, redis: Redis) -> None:
-        self._admit = redis.register_script(_source("quota.lua"))
-        self._settle = redis.register_script(_source("quota_settle.lua"))
-        self._renew = redis.register_script(_source("quota_renew.lua"))
+        self._admit = LuaScript(redis, _source("quota.lua"))
+        self._settle = LuaScript(redis, _source("quota_settle.lua"))
+        self._renew = LuaScript(redis, _source("quota_renew.lua"))
 
     async def admit(
         self, keys: QuotaKeys, request_id: str, tokens: int, hold_s: float, tenant: ScopeLimits, key: ScopeLimits
@@ -202,7 +225,7 @@ class KeyScripts:
     """``keys.lua``: create and revoke admin-API keys; every change bumps the version."""
 
     def __init__(self, redis: Redis) -> None:
-        self._keys = redis.register_script(_source("keys.lua"))
+        self._keys = LuaScript(redis, _source("keys.lua"))
 
     async def create(self, keys: ApiKeyKeys, key_id: str, sha256: str, record: str) -> int:
         """Returns the new version, or 0 if the id or the hash exists already."""
@@ -217,7 +240,7 @@ class StatsScripts:
     """``stats.lua``: publish one replica's window and list it, expiring both together."""
 
     def __init__(self, redis: Redis) -> None:
-        self._publish = redis.register_script(_source("stats.lua"))
+        self._publish = LuaScript(redis, _source("stats.lua"))
 
     async def publish(self, keys: StatsKeys, owner: str, window: bytes, ttl_s: float) -> None:
         await self._publish(keys=[keys.replicas, keys.replica(owner)], args=[owner, window, ttl_s])

@@ -130,7 +130,7 @@ class Telemetry:
         self.recorder = Recorder(
             self.tracer, self.propagator, self.instruments, self.stats, self.accuracy, self.address,
             policy=settings.policy, capture_content=settings.capture_content,
-            request_log=RequestLog() if settings.request_log else None,
+            request_log=RequestLog() if settings.request_log else None, tracing=tracer_provider is not None,
         )
 
     def begin(self, headers: Headers, operation: str, route: str) -> RequestTrace:

@@ -94,6 +94,7 @@ class Recorder:
     policy: str  # the queue policy's name, a span attribute
     capture_content: bool = False  # record prompts and completions in spans
     request_log: RequestLog | None = None  # one JSON line per request (opt-in)
+    tracing: bool = True  # False: spans go nowhere, so none is made (numbers as ever)
 
 
 @dataclass(slots=True)
@@ -108,11 +109,14 @@ class RequestTrace:
         self._t = recorder
         self.started = time.monotonic()
         self.operation = operation
-        self.span = recorder.tracer.start_span(
-            f"POST {route}", context=parent, kind=SpanKind.SERVER,
-            attributes={sc.HTTP_METHOD: "POST", sc.HTTP_ROUTE: route, sc.OPERATION: operation},
-        )
-        self._ctx = trace.set_span_in_context(self.span, parent)
+        self.span: trace.Span = trace.INVALID_SPAN  # when tracing is off: records nothing
+        self._ctx: Context | None = parent  # when tracing is off: the client's, passed on as it came
+        if recorder.tracing:
+            self.span = recorder.tracer.start_span(
+                f"POST {route}", context=parent, kind=SpanKind.SERVER,
+                attributes={sc.HTTP_METHOD: "POST", sc.HTTP_ROUTE: route, sc.OPERATION: operation},
+            )
+            self._ctx = trace.set_span_in_context(self.span, parent)
         self._queue: trace.Span | None = None
         self.model = self.backend = ""  # metric labels, known as the request goes
         self.cls: str | None = None
@@ -155,7 +159,8 @@ class RequestTrace:
             if req.max_tokens is not None:
                 self.span.set_attribute(sc.REQUEST_MAX_TOKENS, req.max_tokens)
             self.span.add_event(sc.EV_ENQUEUED)
-        self._queue = self._t.tracer.start_span("triage.queue", context=self._ctx, kind=SpanKind.INTERNAL)
+        if self._t.tracing:
+            self._queue = self._t.tracer.start_span("triage.queue", context=self._ctx, kind=SpanKind.INTERNAL)
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -218,6 +223,11 @@ class RequestTrace:
 
     # -- the backend's part --------------------------------------------------------------
     def call(self, backend: BackendConfig, req: InferenceRequest) -> BackendCall:
+        if not self._t.tracing:  # no span; the client's own trace context, if it sent one, goes on
+            call = BackendCall(trace.INVALID_SPAN, backend.name)
+            if self._ctx is not None:
+                self._t.propagator.inject(call.headers, context=self._ctx)
+            return call
         host, port = self._t.address(backend)
         span = self._t.tracer.start_span(
             f"{self.operation} {req.model}", context=self._ctx, kind=SpanKind.CLIENT,

@@ -3,6 +3,7 @@ same calls leave in the metrics, the stats window and the request log."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -132,6 +133,27 @@ def test_a_served_request_leaves_spans_metrics_stats_and_one_log_line(world: Wor
     (line,) = world.log.lines
     assert (line["outcome"], line["status"], line["output_tokens"], line["input_tokens"]) == ("ok", 200, 40, 5)
     assert (line["tenant"], line["key_id"], line["backend"], line["predicted_tokens"]) == ("t1", "key_1", "b1", 20)
+
+
+def test_with_tracing_off_no_span_is_made_nor_sent_upstream_and_the_numbers_are_the_same(world: World) -> None:
+    """(A client's own trace context still passes through: tests/e2e/observability/test_traces.py.)"""
+    world.recorder = dataclasses.replace(world.recorder, tracing=False)
+    trace = world.trace()
+    req = admitted(trace)
+    trace.dispatched(Grant("req-1", "p", "b1", 0.25))
+    call = trace.call(BACKEND, req)
+    reply = Reply.from_stream(StreamStats(first_chunk_at=time.monotonic(), usage={"prompt_tokens": 5, "completion_tokens": 40}))
+    trace.call_done(call, 40, False, 502, None, reply)  # a failed call: its span's error goes nowhere
+    trace.end(502, "upstream_error")
+
+    assert world.spans.get_finished_spans() == () and call.headers == {}
+    assert not trace.span.is_recording() and not call.span.is_recording()
+    ins = world.instruments
+    assert ins.requests.series == {("chat", "openai", "m", "short", "b1", Outcome.ERROR): 1}
+    assert ins.admission.series == {(Outcome.ADMITTED, "short"): 1}
+    assert ins.queue_wait.series[("p", "short", "interactive")].count == 1
+    (line,) = world.log.lines
+    assert (line["outcome"], line["status"]) == ("upstream_error", 502)
 
 
 def test_a_refused_request_is_counted_as_such(world: World) -> None:

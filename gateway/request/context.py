@@ -56,6 +56,8 @@ async def until_disconnect(watch: DisconnectWatch, work: asyncio.Future[Any], pa
     if watch.gone:
         work.cancel()
         raise ClientGone()
+    if work.done():  # granted in the enqueue's own reply: no wait (asyncio.wait would still take a turn of the loop)
+        return work.result()
     await asyncio.wait({work, watch.task}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
     if work.done():
         return work.result()

@@ -23,10 +23,14 @@ def pending() -> asyncio.Future[str]:
     return asyncio.get_running_loop().create_future()
 
 
-async def test_work_done_is_its_result() -> None:
+async def test_work_done_is_its_result_without_a_turn_of_the_loop() -> None:
     watch = DisconnectWatch(Client().receive)
     work = pending()
     work.set_result("granted")
+    waiting = until_disconnect(watch, work, patience_s=0.0)
+    with pytest.raises(StopIteration) as done:
+        waiting.send(None)  # it never suspends: granted in the enqueue's reply, the request goes on at once
+    assert done.value.value == "granted"
     assert await until_disconnect(watch, work) == "granted"
     watch.stop()
 

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from starlette.requests import Request
 
 from gateway.upstream.client import (
     Answer,
@@ -99,12 +100,7 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await Request(scope, receive).body()
         seen = {"method": scope["method"], "path": scope["raw_path"].decode(),
                 "query": scope["query_string"].decode(), "body": body.decode(),
                 "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]]}

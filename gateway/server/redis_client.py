@@ -150,7 +150,7 @@ class _HiredisPacked:
     """Commands packed by hiredis in C: the same bytes as redis-py's Python packer (which
     the asyncio client always uses), in a fifth of its time. A script call carries ~30
     arguments; anything hiredis does not take (a memoryview, a wrong type) goes the
-    usual way, with redis-py's errors. And sent without a task of their own (below)."""
+    usual way, with redis-py's errors."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         enc = self.encoder  # type: ignore[attr-defined]
@@ -163,25 +163,6 @@ class _HiredisPacked:
             except TypeError:
                 pass
         return super().pack_command(*args)  # type: ignore[misc, no-any-return]
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        """redis-py's, with its write deadline (``socket_timeout``) kept by ``asyncio.timeout``:
-        redis-py keeps it by ``asyncio.wait_for``, which on Python 3.11 makes a task for every
-        command sent. A write that outlasts it closes the connection and raises redis-py's
-        ``TimeoutError``, as redis-py's own does. Within it (a health check's ``PING``, sent
-        and read inside), the one deadline holds for both."""
-        timeout = self.socket_timeout  # type: ignore[attr-defined]
-        if not timeout:
-            return await super().send_packed_command(command, check_health)  # type: ignore[misc, no-any-return]
-        self.socket_timeout = None
-        try:
-            async with asyncio.timeout(timeout):
-                await super().send_packed_command(command, check_health)  # type: ignore[misc]
-        except TimeoutError:
-            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
-            raise redis_errors.TimeoutError("Timeout writing to socket") from None
-        finally:
-            self.socket_timeout = timeout
 
 
 _PACKED: dict[type, type] = {}

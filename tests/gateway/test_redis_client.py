@@ -203,8 +203,6 @@ class Relay:
         self.host, self.port = host, port
         self.connections = 0
         self.cut_next_reply = False
-        self.stall = False  # stop reading what clients send
-        self.stopped = asyncio.Event()
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -216,13 +214,7 @@ class Relay:
         up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, replies: bool) -> None:
-            while True:
-                if self.stall and not replies:
-                    await self.stopped.wait()  # reads nothing more, the connection left open
-                    break
-                data = await src.read(65536)
-                if not data:
-                    break
+            while data := await src.read(65536):
                 if replies and self.cut_next_reply:
                     self.cut_next_reply = False
                     break
@@ -235,7 +227,6 @@ class Relay:
 
     async def stop(self) -> None:
         assert self.server is not None
-        self.stopped.set()
         self.server.close()
 
 
@@ -286,61 +277,3 @@ async def test_a_quick_command_cancelled_before_its_reply_leaves_no_reply_for_th
         await redis.delete("quick-cancel-list", "quick-cancel-k")
     finally:
         await client.aclose()
-
-
-async def test_commands_are_sent_within_their_deadline_without_a_task_each(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """redis-py keeps a write's deadline with ``asyncio.wait_for`` (a task per command on
-    Python 3.11); the command client keeps it with ``asyncio.timeout``."""
-    waits: list[object] = []
-    wait_for = asyncio.wait_for
-
-    async def counted(*args: object, **kwargs: object) -> object:
-        waits.append(args[0])
-        return await wait_for(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(asyncio, "wait_for", counted)
-    client = redis_client.command_client(redis_url, "no-wait-for")
-    try:
-        for i in range(5):
-            await client.set("no-wait-for", i)
-        assert await client.get("no-wait-for") == b"4"
-        connection = client.connection_pool._available_connections[0]
-        assert connection.socket_timeout == 5  # redis-py's default deadline, still kept
-        assert waits == []
-        await client.delete("no-wait-for")
-    finally:
-        await client.aclose()
-
-
-async def test_a_write_the_server_does_not_take_times_out_and_closes_its_connection(redis_url: str) -> None:
-    """A server that stops reading: the write's deadline ends the command with redis-py's
-    ``TimeoutError``; redis-py's retries, each on a fresh connection, time out too (their
-    connection's own handshake is never answered), and every connection is closed."""
-    from urllib.parse import urlsplit
-
-    from redis.exceptions import TimeoutError as RedisTimeout
-
-    where = urlsplit(redis_url)
-    relay = Relay(where.hostname or "127.0.0.1", where.port or 6379)
-    port = await relay.start()
-    client = redis_client.command_client(f"redis://127.0.0.1:{port}{where.path}", "write-stalled")
-    client.connection_pool.connection_kwargs["socket_timeout"] = 0.3
-    try:
-        await client.set("write-stalled", "a")
-        relay.stall = True  # it reads nothing more from the client
-        with pytest.raises(RedisTimeout, match="Timeout (writing to socket|reading from)"):
-            await client.set("write-stalled", b"x" * 64_000_000)
-        assert relay.connections > 1  # tried again on a fresh connection
-        pool = client.connection_pool
-        assert not pool._in_use_connections
-        assert all(not c.is_connected for c in pool._available_connections)
-    finally:
-        await client.aclose()
-        await relay.stop()
-    cleanup = redis_client.command_client(redis_url, "write-stalled-cleanup")
-    try:
-        await cleanup.delete("write-stalled")
-    finally:
-        await cleanup.aclose()

@@ -17,7 +17,8 @@ SEARCHES = [cue for _, cue in _CUES]
 # pieces that sit at the edges of the cues' words: word characters a boundary does not see
 # as one (an underscore, an accented letter, a digit)
 PIECES = ["write", "rewrite", "_write", "éwrite", "2write", "in english", "tl;dr", "fix my grammar", "how many",
-          "12 + 3", "4x5", "act as", "vs.", "yes/no", "one word", " ", "\n", "-", "_", "é", "a", "7"]  # fmt: skip
+          "12 + 3", "4x5", "act as", "vs.", "yes/no", "one word", " ", "\n", "-", "_", "é", "a", "7",
+          "you are a", "you are an", "role play", "roleplay", "tl", "dr", "i'll", "i will", "in detail"]  # fmt: skip
 
 
 def spans(search: _Search | re.Pattern[str], text: str, pos: int = 0) -> object:
@@ -27,6 +28,16 @@ def spans(search: _Search | re.Pattern[str], text: str, pos: int = 0) -> object:
 
 def test_most_searches_skip_ahead_by_a_finder() -> None:
     assert sum(s.finder is not None for s in SEARCHES) >= len(SEARCHES) - 1  # only the greeting starts with ^
+
+
+def test_cues_of_literal_alternatives_are_ruled_out_by_their_needles() -> None:
+    needles = {name: cue.needles for name, cue in _CUES}
+    assert needles["translate"] == ("translat", "in ")
+    assert needles["summarize"] == ("summar", "tl", "shorten", "condense")  # tl;?dr: the ; is optional
+    assert needles["roleplay"] == ("act as", "you are a", "pretend", "role", "imagine you")
+    assert needles["math"] is None  # \d+ ...: no text every match holds
+    assert needles["greet"] is None  # not a \b(...) pattern
+    assert sum(n is not None for n in needles.values()) == len(_CUES) - 2
 
 
 @pytest.mark.parametrize("text", ["", "rewrite this", "please _write it", "éwrite", "translate: in english", "4x5",

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,15 @@ def _dumped(out: Path, number: int) -> int:
     return instructions(Path(f"{out}.{number}").read_text())
 
 
-def count(child: Child, url: str, out: Path, body: str, warmup: int, requests: int, idle_s: float) -> Counted:
-    """Send ``warmup`` requests uncounted, then count ``requests``, then ``idle_s`` of nothing."""
+def count(child: Child, url: str, out: Path, bodies: list[str], warmup: int, requests: int, idle_s: float) -> Counted:
+    """Send ``warmup`` requests uncounted, then count ``requests``, then ``idle_s`` of nothing;
+    the bodies in turn, from the first again for the counted ones."""
     headers = {"content-type": "application/json"}
     with httpx.Client(timeout=300, trust_env=False) as http:
 
         def send(n: int) -> None:
-            for _ in range(n):
+            for i in range(n):
+                body = bodies[i % len(bodies)]
                 reply = http.post(f"{url}/v1/chat/completions", content=body, headers=headers)
                 reply.raise_for_status()
                 reply.read()
@@ -97,6 +99,15 @@ def count(child: Child, url: str, out: Path, body: str, warmup: int, requests: i
     return Counted(requests, _dumped(out, 1), busy_s, _dumped(out, 2), idle_span)
 
 
+def read_bodies(workload: Workload, args: argparse.Namespace) -> list[str]:
+    """One request body per row of ``args.prompts`` (its ``prompt`` as the user's message), up to ``--requests``."""
+    bodies = []
+    with args.prompts.open(encoding="utf-8") as rows:
+        for _, row in zip(range(args.requests), rows, strict=False):
+            bodies.append(replace(workload, prompt=json.loads(row)["prompt"]).body(args.stream))
+    return bodies
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.overhead.gatewaymicro", description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="another checkout, measured beside this one")
@@ -106,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-s", type=float, default=10.0, help="seconds of nothing counted, for the background")
     parser.add_argument("--repeats", type=int, default=1, help="rounds, each tree once per round, alternating")
     parser.add_argument("--stream", action="store_true", help="streamed requests (default: non-streamed)")
+    parser.add_argument("--prompts", type=Path, metavar="JSONL",
+                        help="real prompts instead of the one short prompt: each row's 'prompt', the first "
+                             "--requests of them, the same ones for both trees (e.g. ShareGPT's first turns)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args(argv)
     valgrind = shutil.which("valgrind")
@@ -118,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONHASHSEED"] = "0"
     trees: dict[str, Path | None] = {"this": None} | ({"before": args.before.resolve()} if args.before else {})
     workload = Workload()
-    body = workload.body(args.stream)
+    bodies = [workload.body(args.stream)] if args.prompts is None else read_bodies(workload, args)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory(prefix="gatewaymicro-") as tmp:
         workdir = Path(tmp)
@@ -133,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                                           ready_s=600, settings=QUIET)  # fmt: skip
                     assert target.child is not None
                     try:
-                        counted = count(target.child, target.url, out, body, args.warmup, args.requests, args.idle_s)
+                        counted = count(target.child, target.url, out, bodies, args.warmup, args.requests, args.idle_s)
                     finally:
                         target.child.stop()
                     results[name].append({"per_request": counted.per_request(), "busy": counted.busy,
@@ -148,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios = [a["per_request"] / b["per_request"] for a, b in zip(results["this"], results["before"], strict=True)]
         print("this ÷ before: " + " / ".join(f"{r:.3f}" for r in ratios))
     if args.json:
-        args.json.write_text(json.dumps({"policy": args.policy, "stream": args.stream, "results": results}, indent=1))
+        doc = {"policy": args.policy, "stream": args.stream, "prompts": str(args.prompts) if args.prompts else None,
+               "results": results}  # fmt: skip
+        args.json.write_text(json.dumps(doc, indent=1))
     return 0
 
 

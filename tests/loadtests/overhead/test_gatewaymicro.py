@@ -27,6 +27,20 @@ def test_the_quiet_timers_are_settings_the_gateway_accepts() -> None:
     assert settings.probe_interval_s >= 60 and settings.predictor_sync_s >= 60
 
 
+def test_real_prompts_become_one_body_each_up_to_the_requests_counted(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    from loadtests.overhead.steps import Workload
+
+    rows = tmp_path / "prompts.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"question {i}?", "id": i}) + "\n" for i in range(5)))
+    args = argparse.Namespace(prompts=rows, requests=3, stream=True)
+    bodies = [json.loads(body) for body in gatewaymicro.read_bodies(Workload(), args)]
+    assert [body["messages"] for body in bodies] == [[{"role": "user", "content": f"question {i}?"}] for i in range(3)]
+    assert all(body["stream"] is True and body["max_tokens"] == Workload().max_tokens for body in bodies)
+
+
 def test_without_valgrind_it_says_so(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(gatewaymicro.shutil, "which", lambda name: None)
     assert gatewaymicro.main([]) == 2

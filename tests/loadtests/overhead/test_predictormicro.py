@@ -33,6 +33,13 @@ def test_a_different_model_shows_in_the_digest(tmp_path: Path) -> None:
     assert one["requests"] == 9 and len(two["seconds"]) == 2 and one["digest"] != two["digest"]
 
 
+def test_a_counted_run_leaves_the_digest_out(tmp_path: Path) -> None:
+    """Writing every learned sum as text costs more the more sums a run changed: in a counted
+    run it would enter the difference between one pass and two as if requests cost it."""
+    run = predictormicro.work(ROOT, _data(tmp_path), per_file=3, passes=1, digest=False)
+    assert run["digest"] is None and run["requests"] == 9
+
+
 def test_instructions_are_read_from_callgrinds_summary() -> None:
     assert predictormicro.instructions("events: Ir\nfl=x\nsummary: 7035809121\n") == 7035809121
     assert predictormicro.instructions("events: Ir\ntotals: 12\n") == 12

@@ -71,12 +71,21 @@ def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str
     return serving(config, settings.host)
 
 
+def _is_pending_task(obj: object) -> bool:
+    """An unfinished asyncio task; False for anything else, a dead weak proxy included
+    (``isinstance`` on a proxy whose object is gone raises ReferenceError)."""
+    try:
+        return isinstance(obj, asyncio.Task) and not obj.done()
+    except ReferenceError:
+        return False
+
+
 def pending_tasks(limit_chars: int = 40_000) -> str:
     """Every unfinished asyncio task in this process, on any thread's loop, with where it
     waits: what a test that timed out was waiting for (the test's own loop and every
     server it started in a thread)."""
     out = io.StringIO()
-    for task in [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]:
+    for task in [o for o in gc.get_objects() if _is_pending_task(o)]:
         out.write(f"--- {task.get_name()}: {task.get_coro()!r}\n")
         try:
             task.print_stack(limit=12, file=out)

@@ -207,7 +207,7 @@ async def test_llamacpp_queues_past_its_slots_and_the_adaptive_limit_reads_it(
     await eventually(lambda: _idle(llama), within_s=60, every_s=0.1)
 
 
-VICTIM = 3000  # output tokens: long enough to be running when the short request comes
+VICTIM = 1000  # output tokens: long enough to be running when the short request comes
 
 
 def shapes(chunks: list[dict[str, Any]]) -> list[bytes]:

@@ -72,7 +72,7 @@ async def engine_idle(vllm: VllmServer) -> bool:
     return running == 0 and await engine_metric(vllm, "vllm:num_requests_waiting") == 0
 
 
-VICTIM_TOKENS = 3000  # long enough that it cannot end before the short request is queued
+VICTIM_TOKENS = 1000  # long enough that it cannot end before the short request is queued (8 s or more here)
 
 
 @pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])

@@ -164,6 +164,35 @@ class _HiredisPacked:
                 pass
         return super().pack_command(*args)  # type: ignore[misc, no-any-return]
 
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """redis-py's, without a timer where none could fire. redis-py bounds each write by
+        ``socket_timeout`` with ``asyncio.wait_for``: on Python 3.11 a task, a future and a
+        timer per command. A write only waits when the transport cannot take the bytes at
+        once; a command handed whole to the kernel has nothing left to wait for. So a packed
+        command on a healthy connection is written directly; should any of it stay in the
+        transport's buffer, the wait for it goes redis-py's way (its deadline, its errors,
+        the connection dropped on failure). A health check due, a closing transport, a
+        reader that saw an error, or a command not yet packed: redis-py's way from the start."""
+        writer = self._writer  # type: ignore[attr-defined]
+        reader = self._reader  # type: ignore[attr-defined]
+        if (
+            type(command) is list
+            and writer is not None
+            and reader is not None
+            and not (check_health and self._health_check_due())
+            and not writer.transport.is_closing()
+            and reader.exception() is None
+        ):
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size() == 0:
+                return
+            command, check_health = [], False  # written: only the wait for the buffer is left
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+    def _health_check_due(self) -> bool:
+        interval = getattr(self, "health_check_interval", 0)
+        return bool(interval) and asyncio.get_running_loop().time() > getattr(self, "next_health_check", -1)
+
 
 _PACKED: dict[type, type] = {}
 

@@ -277,3 +277,59 @@ async def test_a_quick_command_cancelled_before_its_reply_leaves_no_reply_for_th
         await redis.delete("quick-cancel-list", "quick-cancel-k")
     finally:
         await client.aclose()
+
+
+async def test_a_command_handed_whole_to_the_kernel_sets_no_write_timer(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py bounds every write by ``asyncio.wait_for`` (a task and a timer each); a packed
+    command the transport writes at once has nothing to wait for, and goes without."""
+    timed: list[object] = []
+    wait_for = asyncio.wait_for
+
+    async def counted(awaitable: object, limit_s: float | None) -> object:
+        timed.append(awaitable)
+        return await wait_for(awaitable, limit_s)  # type: ignore[arg-type]
+
+    client = redis_client.command_client(redis_url, "no-write-timer")
+    try:
+        await client.ping()  # connects (and its handshake) before the count starts
+        monkeypatch.setattr(asyncio, "wait_for", counted)
+        for i in range(20):
+            assert await client.set(f"no-write-timer-{i}", i) is True
+        assert await client.mget([f"no-write-timer-{i}" for i in range(20)]) == [str(i).encode() for i in range(20)]
+        assert timed == []
+        await client.delete(*[f"no-write-timer-{i}" for i in range(20)])
+    finally:
+        await client.aclose()
+
+
+async def test_a_write_the_server_never_takes_still_ends_at_the_socket_timeout() -> None:
+    """A server that stops reading: what the kernel cannot take stays in the transport's
+    buffer, and the wait for it keeps redis-py's deadline and error, and drops the connection."""
+    from redis import exceptions as redis_errors
+    from redis.asyncio.connection import Connection
+
+    reading = True
+    held: list[asyncio.StreamWriter] = []
+
+    async def stops_reading(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        while reading and (data := await reader.read(65536)):
+            writer.write(b"+OK\r\n" * data.count(b"*"))  # the connection's handshake: one OK a command
+
+    server = await asyncio.start_server(stops_reading, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connection = redis_client.hiredis_packed(Connection)(host="127.0.0.1", port=port, socket_timeout=0.5, protocol=2)
+    try:
+        await connection.connect()
+        reading = False  # what comes next is never read
+        with pytest.raises(redis_errors.TimeoutError, match="writing"):
+            await connection.send_packed_command(connection.pack_command("SET", "k", b"x" * (64 << 20)))
+        assert not connection.is_connected
+    finally:
+        await connection.disconnect()
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()

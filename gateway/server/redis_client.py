@@ -190,8 +190,9 @@ class _HiredisPacked:
         await super().send_packed_command(command, check_health)  # type: ignore[misc]
 
     def _health_check_due(self) -> bool:
-        interval = getattr(self, "health_check_interval", 0)
-        return bool(interval) and asyncio.get_running_loop().time() > getattr(self, "next_health_check", -1)
+        """redis-py's own test in ``check_health``: would this command send a PING first?"""
+        interval = self.health_check_interval  # type: ignore[attr-defined]
+        return bool(interval) and asyncio.get_running_loop().time() > self.next_health_check  # type: ignore[attr-defined]
 
 
 _PACKED: dict[type, type] = {}

@@ -88,19 +88,12 @@ class _Search:
         """``self.pattern.search(text, pos)``."""
         needles = self.needles
         if needles is not None:  # a loop, not any(): a generator's frames cost what a short text's search does
-            if pos:
-                text_from = text[pos:]
-                for needle in needles:
-                    if needle in text_from:
-                        break
-                else:
-                    return None
+            rest = text[pos:] if pos else text
+            for needle in needles:
+                if needle in rest:
+                    break
             else:
-                for needle in needles:
-                    if needle in text:
-                        break
-                else:
-                    return None
+                return None
         finder = self.finder
         if finder is None:
             return self.pattern.search(text, pos)

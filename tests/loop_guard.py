@@ -8,17 +8,25 @@ call, and is never polled: its reads hang with its answer already in the kernel'
 
 Every selector the tests' loops make is a ``Watched`` one, which remembers which file each
 registered descriptor was; after each test, ``stale`` lists the keys whose descriptor has
-since been closed or now names another file, and the test fails on them.
+since been closed or now names another file, and the test fails on them. A stale key can
+also be reused and dropped within one test (asyncio streams from anyio unregister their
+socket after every read, so a connection's next read goes through ``modify``, and a
+request that then hangs is cancelled and closed before the test ends): ``modify`` checks
+the descriptor's file first, and on a stale key registers the new file properly (it is
+polled, so nothing hangs) and keeps what it found for the test's end.
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import traceback
 import weakref
+from pathlib import Path
 from typing import Any
 
 _live: weakref.WeakSet[Watched] = weakref.WeakSet()
+_reused: list[str] = []  # stale keys that a new file was about to take over, as found
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
@@ -35,6 +43,7 @@ class Watched(selectors.EpollSelector):
     def __init__(self) -> None:
         super().__init__()
         self.files: dict[int, tuple[int, int] | None] = {}
+        self.own = _identity(self.fileno())  # the epoll instance itself
         _live.add(self)
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
@@ -42,14 +51,29 @@ class Watched(selectors.EpollSelector):
         self.files[key.fd] = _identity(key.fd)
         return key
 
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        key = self.get_key(fileobj)
+        now = _identity(key.fd)
+        if now == self.files.get(key.fd):
+            return super().modify(fileobj, events, data)
+        stack = "".join(traceback.format_stack(limit=14)[:-1])
+        _reused.append(f"fd {key.fd} was registered for {key.data!r} and closed behind the loop's back; "
+                       f"then another file took the number and was registered for {data!r} at\n{stack}")
+        super().unregister(fileobj)  # the stale key (its epoll entry went with the old file)
+        return self.register(fileobj, events, data)
+
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
         key = super().unregister(fileobj)
         self.files.pop(key.fd, None)
         return key
 
     def stale(self) -> list[str]:
-        """The keys whose descriptor no longer names the file that was registered."""
+        """The keys whose descriptor no longer names the file that was registered, and the
+        selector's own epoll descriptor if it no longer names its epoll instance."""
         found = []
+        if self.own is not None and _identity(self.fileno()) != self.own:
+            found.append(f"the epoll descriptor {self.fileno()} itself")
+            self.own = None  # reported once
         for key in list((self.get_map() or {}).values()):
             now = _identity(key.fd)
             if now != self.files.get(key.fd):
@@ -66,11 +90,56 @@ def install() -> None:
 
 
 def stale_keys() -> list[str]:
-    """Stale keys of every live watched selector (a closed loop's selector has no map)."""
-    found = []
+    """Stale keys of every live watched selector (a closed loop's selector has no map), and
+    the stale keys reused since the last call."""
+    found = _reused[:]
+    _reused.clear()
     for selector in list(_live):
         try:
             found += selector.stale()
         except (RuntimeError, AttributeError):  # closed meanwhile
             continue
     return found
+
+
+def epoll_set(epfd: int) -> dict[int, int]:
+    """The descriptors an epoll instance of this process holds, with their event masks, as
+    the kernel lists them (``/proc/self/fdinfo``; empty where it cannot be read)."""
+    try:
+        text = Path(f"/proc/self/fdinfo/{epfd}").read_text()
+    except OSError:
+        return {}
+    held = {}
+    for line in text.splitlines():
+        if line.startswith("tfd:"):
+            fields = line.split()
+            held[int(fields[1])] = int(fields[3], 16)
+    return held
+
+
+def socket_inode(fd: int) -> int | None:
+    """The inode of the socket behind ``fd`` (what ``/proc/net/tcp`` lists), or None."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return int(target[8:-1]) if target.startswith("socket:[") else None
+
+
+def polled() -> dict[int, str]:
+    """Each socket inode that a live watched selector has a key for: how it is polled (the
+    key's events, and whether the kernel's epoll set holds its descriptor: a key the kernel
+    lacks is never reported ready, whatever arrives)."""
+    seen = {}
+    for selector in list(_live):
+        try:
+            keys, epfd = list((selector.get_map() or {}).values()), selector.fileno()
+        except (RuntimeError, AttributeError, ValueError):
+            continue
+        kernel = epoll_set(epfd)
+        for key in keys:
+            inode = socket_inode(key.fd)
+            if inode is not None:
+                state = "in the epoll set" if key.fd in kernel else "NOT in the epoll set"
+                seen[inode] = f"fd {key.fd} polled for events {key.events}, {state}"
+    return seen

@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 
+from tests import loop_guard
 from tests.loop_guard import Watched
 
 
@@ -41,5 +42,65 @@ def test_a_descriptor_number_reused_by_another_file_is_stale() -> None:
             stale = selector.stale()
             assert len(stale) == 1 and stale[0].startswith(f"fd {fd} "), stale
             loop.remove_reader(fd)
+    finally:
+        loop.close()
+
+
+def test_a_stale_key_taken_over_by_a_new_socket_is_reported_and_the_new_socket_is_polled() -> None:
+    selector = Watched()
+    loop = asyncio.SelectorEventLoop(selector)
+    try:
+        left, right = socket.socketpair()
+        loop.add_reader(left.fileno(), lambda: None)
+        fd = left.fileno()
+        left.close()  # behind the loop's back: the kernel drops it from the epoll set, the key stays
+        new, peer = socket.socketpair()
+        with right, new, peer:
+            took = new.fileno() == fd  # the lowest free number, as a rule
+            if not took:
+                os.dup2(new.fileno(), fd)  # a new socket takes the number
+            loop.add_reader(fd, lambda: None)  # the key exists: this goes through modify
+            peer.send(b"x")
+            assert [key.fd for key, _ in selector.select(0)] == [fd]  # polled, not silently skipped
+            found = loop_guard.stale_keys()
+            assert len(found) == 1 and found[0].startswith(f"fd {fd} was registered"), found
+            assert loop_guard.stale_keys() == []  # reported once
+            loop.remove_reader(fd)
+            if not took:
+                os.close(fd)
+    finally:
+        loop.close()
+
+
+def test_the_selectors_own_epoll_descriptor_closed_behind_its_back_is_stale() -> None:
+    selector = Watched()
+    left, right = socket.socketpair()
+    try:
+        with left, right:
+            epfd = selector.fileno()
+            assert selector.stale() == []
+            os.dup2(left.fileno(), epfd)  # the epoll instance's number now names a socket
+            assert selector.stale() == [f"the epoll descriptor {epfd} itself"]
+            assert selector.stale() == []  # reported once
+    finally:
+        selector.close()
+
+
+def test_a_key_whose_descriptor_left_the_epoll_set_shows_as_not_polled() -> None:
+    selector = Watched()
+    loop = asyncio.SelectorEventLoop(selector)
+    try:
+        left, right = socket.socketpair()
+        other, peer = socket.socketpair()
+        with right, other, peer:
+            loop.add_reader(left.fileno(), lambda: None)
+            fd = left.fileno()
+            assert loop_guard.polled()[loop_guard.socket_inode(fd)] == f"fd {fd} polled for events 1, in the epoll set"
+            left.close()  # behind the loop's back: the kernel drops it from the epoll set
+            os.dup2(other.fileno(), fd)  # and the number names another socket, never added
+            view = loop_guard.polled()[loop_guard.socket_inode(fd)]
+            assert view == f"fd {fd} polled for events 1, NOT in the epoll set", view
+            loop.remove_reader(fd)
+            os.close(fd)
     finally:
         loop.close()

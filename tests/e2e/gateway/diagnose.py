@@ -26,6 +26,7 @@ import httpx
 from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
+from tests import loop_guard
 
 T = TypeVar("T")
 
@@ -85,7 +86,7 @@ TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5:
 
 def tcp_table(table: Path = Path("/proc/net/tcp")) -> list[dict[str, int | str]]:
     """Every IPv4 TCP socket as the kernel holds it: ports, state, bytes queued to send and
-    received but not yet read (Linux; empty elsewhere)."""
+    received but not yet read, inode (Linux; empty elsewhere)."""
     try:
         lines = table.read_text().splitlines()[1:]
     except OSError:
@@ -96,14 +97,18 @@ def tcp_table(table: Path = Path("/proc/net/tcp")) -> list[dict[str, int | str]]
         local, remote, state, queues = fields[1], fields[2], fields[3], fields[4]
         tx, rx = queues.split(":")
         rows.append({"local": int(local.split(":")[1], 16), "remote": int(remote.split(":")[1], 16),
-                     "state": TCP_STATES.get(int(state, 16), state), "send_q": int(tx, 16), "recv_q": int(rx, 16)})
+                     "state": TCP_STATES.get(int(state, 16), state), "send_q": int(tx, 16), "recv_q": int(rx, 16),
+                     "inode": int(fields[9])})
     return rows
 
 
 def sockets(urls: Iterable[str]) -> list[str]:
-    """The connections to and from these servers' ports, one line each (listeners left out)."""
+    """The connections to and from these servers' ports, one line each (listeners left out),
+    with how the tests' own event loop polls each socket it has a key for (``loop_guard``)."""
     ports = {urlsplit(u).port for u in urls}
+    polled = loop_guard.polled()
     return [f"{r['local']}->{r['remote']} {r['state']} send_q={r['send_q']} recv_q={r['recv_q']}"
+            f" ({polled.get(int(r['inode']), 'no key in a test loop')})"
             for r in tcp_table() if r["state"] != "LISTEN" and (r["local"] in ports or r["remote"] in ports)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 from simulator.testing import running_simulator
@@ -32,3 +33,17 @@ def test_a_uvicorn_connection_shows_its_requests_state() -> None:
         mine = [line for line in server_connections() if f", {conn.getsockname()[1]})" in line]
         # the head is written after the cycle is marked started (its end may still be on its way)
         assert mine and "started=True" in mine[0] and "disconnected=False" in mine[0], server_connections()
+
+
+async def test_a_connection_of_the_tests_loop_shows_how_that_loop_polls_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)  # a stream keeps its socket polled
+        try:
+            mine = writer.get_extra_info("sockname")[1]
+            lines = [line for line in sockets([f"http://127.0.0.1:{port}"]) if line.startswith(f"{mine}->")]
+            fd = writer.get_extra_info("socket").fileno()
+            assert lines and f"(fd {fd} polled for events 1, in the epoll set)" in lines[0], lines
+        finally:
+            writer.close()
+            await writer.wait_closed()

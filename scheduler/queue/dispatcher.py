@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -326,11 +326,8 @@ class Dispatcher:
             return
         self._deliver(pool, messages)
 
-    def _spawn(self, coro: Awaitable[object]) -> None:
-        async def run() -> None:
-            await coro
-
-        task = asyncio.get_running_loop().create_task(run())
+    def _spawn(self, coro: Coroutine[object, None, object]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

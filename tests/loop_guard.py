@@ -44,11 +44,13 @@ class Watched(selectors.EpollSelector):
         super().__init__()
         self.files: dict[int, tuple[int, int] | None] = {}
         self.own = _identity(self.fileno())  # the epoll instance itself
+        self.reported: set[int] = set()  # keys found stale: each reported once
         _live.add(self)
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         key = super().register(fileobj, events, data)
         self.files[key.fd] = _identity(key.fd)
+        self.reported.discard(key.fd)
         return key
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
@@ -65,20 +67,30 @@ class Watched(selectors.EpollSelector):
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
         key = super().unregister(fileobj)
         self.files.pop(key.fd, None)
+        self.reported.discard(key.fd)
         return key
 
     def stale(self) -> list[str]:
-        """The keys whose descriptor no longer names the file that was registered, and the
-        selector's own epoll descriptor if it no longer names its epoll instance."""
-        found = []
+        """The keys whose descriptor no longer names the file that was registered; the keys
+        the kernel's epoll set does not hold (never reported ready: what happens to every key
+        if the selector's epoll descriptor came to name another epoll instance, which shares
+        its inode number); and the selector's own descriptor if it names no epoll at all."""
+        found: list[str] = []
+        if self.get_map() is None:  # closed
+            return found
         if self.own is not None and _identity(self.fileno()) != self.own:
             found.append(f"the epoll descriptor {self.fileno()} itself")
             self.own = None  # reported once
-        for key in list((self.get_map() or {}).values()):
-            now = _identity(key.fd)
-            if now != self.files.get(key.fd):
+        kernel = epoll_set(self.fileno())
+        for key in list(self.get_map().values()):
+            if key.fd in self.reported:
+                continue
+            if _identity(key.fd) != self.files.get(key.fd):
                 found.append(f"fd {key.fd} (events {key.events}, {key.data!r})")
-                self.files[key.fd] = now  # reported once
+                self.reported.add(key.fd)
+            elif kernel is not None and key.fd not in kernel:
+                found.append(f"fd {key.fd} not in the kernel's epoll set (events {key.events}, {key.data!r})")
+                self.reported.add(key.fd)
         return found
 
 
@@ -97,18 +109,18 @@ def stale_keys() -> list[str]:
     for selector in list(_live):
         try:
             found += selector.stale()
-        except (RuntimeError, AttributeError):  # closed meanwhile
+        except (RuntimeError, AttributeError, ValueError):  # closed meanwhile
             continue
     return found
 
 
-def epoll_set(epfd: int) -> dict[int, int]:
+def epoll_set(epfd: int) -> dict[int, int] | None:
     """The descriptors an epoll instance of this process holds, with their event masks, as
-    the kernel lists them (``/proc/self/fdinfo``; empty where it cannot be read)."""
+    the kernel lists them (``/proc/self/fdinfo``; None where it cannot be read)."""
     try:
         text = Path(f"/proc/self/fdinfo/{epfd}").read_text()
     except OSError:
-        return {}
+        return None
     held = {}
     for line in text.splitlines():
         if line.startswith("tfd:"):
@@ -136,7 +148,7 @@ def polled() -> dict[int, str]:
             keys, epfd = list((selector.get_map() or {}).values()), selector.fileno()
         except (RuntimeError, AttributeError, ValueError):
             continue
-        kernel = epoll_set(epfd)
+        kernel = epoll_set(epfd) or {}
         for key in keys:
             inode = socket_inode(key.fd)
             if inode is not None:

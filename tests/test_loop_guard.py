@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
+import selectors
 import socket
 
 from tests import loop_guard
@@ -104,3 +106,21 @@ def test_a_key_whose_descriptor_left_the_epoll_set_shows_as_not_polled() -> None
             os.close(fd)
     finally:
         loop.close()
+
+
+def test_keys_the_kernel_does_not_poll_are_stale_when_the_epoll_descriptor_names_another_epoll() -> None:
+    selector = Watched()
+    other = select.epoll()
+    left, right = socket.socketpair()
+    try:
+        with left, right:
+            selector.register(left, selectors.EVENT_READ)
+            assert selector.stale() == []
+            os.dup2(other.fileno(), selector.fileno())  # same inode number: only the set tells
+            found = selector.stale()
+            assert len(found) == 1 and found[0].startswith(f"fd {left.fileno()} not in the kernel's epoll set"), found
+            assert selector.stale() == []  # reported once
+            selector.unregister(left)
+    finally:
+        selector.close()
+        other.close()

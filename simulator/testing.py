@@ -25,6 +25,7 @@ from simulator.settings import SimSettings
 log = logging.getLogger("triage.testing")
 
 STALL_S = 5.0  # a served loop that ran nothing this long is reported, with its thread's stack
+STOP_S = 30.0  # a served app still running this long after it was told to stop fails its test
 
 
 class _Server(uvicorn.Server):
@@ -67,9 +68,12 @@ def _watch(server: _Server, stop: threading.Event, stall_s: float) -> None:
 @contextlib.contextmanager
 def serving(
     config_for: Callable[[int], uvicorn.Config], host: str = "127.0.0.1", port: int = 0, stall_s: float = STALL_S,
+    stop_s: float = STOP_S,
 ) -> Iterator[str]:
     """Serve the uvicorn config that ``config_for(bound_port)`` returns; yield its base URL.
-    A loop that runs nothing for ``stall_s`` is logged (``triage.testing``) with its stack."""
+    A loop that runs nothing for ``stall_s`` is logged (``triage.testing``) with its stack; a
+    server still running ``stop_s`` after it was told to stop raises, with its stack (a
+    thread left serving would go on polling and closing descriptors beside later tests)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -90,10 +94,16 @@ def serving(
     finally:
         stop.set()
         server.should_exit = True
-        thread.join(timeout=30)  # a loaded machine may take a while to shut a server down
-        sock.close()
+        thread.join(timeout=stop_s)  # a loaded machine may take a while to shut a server down
         if watch is not None:
             watch.join(timeout=5)
+        if thread.is_alive():
+            # the socket stays open: its loop closes the descriptor when it stops at last, and
+            # closed here first, the number could by then name another socket of this process
+            frame = sys._current_frames().get(thread.ident or 0)
+            where = "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(thread gone)\n"
+            raise RuntimeError(f"a served app did not stop within {stop_s:g} s; its thread is at:\n{where}")
+        sock.close()  # the server's own close has detached it, unless it never started
 
 
 def running_app(app: ASGIApplication, host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:

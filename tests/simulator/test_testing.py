@@ -3,10 +3,13 @@ with where its thread is, so a test that then times out says what held the serve
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -50,3 +53,28 @@ def test_a_served_loop_that_blocks_is_reported_with_its_stack() -> None:
     assert told.stalled.is_set()
     stalled = next(m for m in told.messages if "ran nothing" in m)
     assert "in blocks_its_loop" in stalled  # the blocked thread's own frame
+
+
+def test_a_served_app_that_does_not_stop_fails_with_its_stack() -> None:
+    release = threading.Event()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        release.wait(timeout=120)  # its shutdown blocks its loop until the test has seen the failure
+
+    def config(port: int) -> uvicorn.Config:
+        return uvicorn.Config(Starlette(lifespan=lifespan), host="127.0.0.1", port=port, log_level="warning",
+                              lifespan="on")
+
+    try:
+        with pytest.raises(RuntimeError, match="did not stop within 0.2 s") as failed:
+            with serving(config, stop_s=0.2) as url:
+                assert httpx.get(f"{url}/nothing").status_code == 404
+        assert "in lifespan" in str(failed.value)  # the stuck thread's own frame
+    finally:
+        release.set()
+    still = [t for t in threading.enumerate() if t.name == "test-server"]
+    for thread in still:
+        thread.join(timeout=30)
+    assert not any(t.is_alive() for t in still)

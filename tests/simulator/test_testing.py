@@ -67,14 +67,16 @@ def test_a_served_app_that_does_not_stop_fails_with_its_stack() -> None:
         return uvicorn.Config(Starlette(lifespan=lifespan), host="127.0.0.1", port=port, log_level="warning",
                               lifespan="on")
 
+    before = set(threading.enumerate())  # other tests' servers (the session's simulator) run on
+    stuck: list[threading.Thread] = []
     try:
         with pytest.raises(RuntimeError, match="did not stop within 0.2 s") as failed:
             with serving(config, stop_s=0.2) as url:
                 assert httpx.get(f"{url}/nothing").status_code == 404
         assert "in lifespan" in str(failed.value)  # the stuck thread's own frame
+        stuck = [t for t in threading.enumerate() if t.name == "test-server" and t not in before]
+        assert len(stuck) == 1  # still running when its test was told
     finally:
         release.set()
-    still = [t for t in threading.enumerate() if t.name == "test-server"]
-    for thread in still:
-        thread.join(timeout=30)
-    assert not any(t.is_alive() for t in still)
+    stuck[0].join(timeout=30)
+    assert not stuck[0].is_alive()

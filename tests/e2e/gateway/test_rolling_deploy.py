@@ -23,7 +23,7 @@ from tests.support import MODEL, eventually
     "answers, yet up to 26 never reached the test's client: the answers lay unread in the client sockets' kernel "
     "queues; why the test's loop did not read them is not known yet (diagnose.py prints every task's wait, the "
     "kernel's socket queues, uvicorn's connection states and whether the test's loop polls each socket when it "
-    "happens; not seen in three full runs on 2026-12-07, one of them under strace with no descriptor closed twice)"))
+    "happens; not seen in five full runs on 2026-12-07, one of them under strace with no descriptor closed twice)"))
 async def test_old_and_new_replicas_share_a_pool_without_errors(
     gateway_factory: Callable[..., str], redis: Redis, prefix: str
 ) -> None:

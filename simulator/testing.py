@@ -43,6 +43,12 @@ class _Server(uvicorn.Server):
         self._ready.set()
 
 
+def _stack(thread_id: int) -> str:
+    """Where a thread is now (its innermost 25 frames)."""
+    frame = sys._current_frames().get(thread_id)
+    return "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(thread gone)\n"
+
+
 def _watch(server: _Server, stop: threading.Event, stall_s: float) -> None:
     """Report a served event loop that stops running callbacks (a blocking call on it, or
     its thread starved): a test that then times out says where the server's thread was."""
@@ -56,9 +62,8 @@ def _watch(server: _Server, stop: threading.Event, stall_s: float) -> None:
             return
         if ran.wait(stall_s) or stop.is_set():
             continue
-        frame = sys._current_frames().get(server.thread_id)
-        where = "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(thread gone)\n"
-        log.warning("a served event loop ran nothing for %.1f s; its thread is at:\n%s", stall_s, where)
+        log.warning("a served event loop ran nothing for %.1f s; its thread is at:\n%s", stall_s,
+                    _stack(server.thread_id))
         waited = stall_s
         while not ran.wait(1.0) and not stop.is_set():
             waited += 1.0
@@ -100,9 +105,8 @@ def serving(
         if thread.is_alive():
             # the socket stays open: its loop closes the descriptor when it stops at last, and
             # closed here first, the number could by then name another socket of this process
-            frame = sys._current_frames().get(thread.ident or 0)
-            where = "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(thread gone)\n"
-            raise RuntimeError(f"a served app did not stop within {stop_s:g} s; its thread is at:\n{where}")
+            raise RuntimeError(f"a served app did not stop within {stop_s:g} s; its thread is at:\n"
+                               f"{_stack(thread.ident or 0)}")
         sock.close()  # the server's own close has detached it, unless it never started
 
 

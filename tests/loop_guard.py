@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 _live: weakref.WeakSet[Watched] = weakref.WeakSet()
+_CLOSED = (RuntimeError, AttributeError, ValueError)  # what a selector closed meanwhile raises
 _reused: list[str] = []  # stale keys that a new file was about to take over, as found
 
 
@@ -109,7 +110,7 @@ def stale_keys() -> list[str]:
     for selector in list(_live):
         try:
             found += selector.stale()
-        except (RuntimeError, AttributeError, ValueError):  # closed meanwhile
+        except _CLOSED:  # closed meanwhile
             continue
     return found
 
@@ -146,7 +147,7 @@ def polled() -> dict[int, str]:
     for selector in list(_live):
         try:
             keys, epfd = list((selector.get_map() or {}).values()), selector.fileno()
-        except (RuntimeError, AttributeError, ValueError):
+        except _CLOSED:
             continue
         kernel = epoll_set(epfd) or {}
         for key in keys:

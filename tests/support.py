@@ -9,6 +9,7 @@ import inspect
 import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeGuard
 
 import uvicorn
 from redis.asyncio import Redis
@@ -19,7 +20,7 @@ from scheduler.queue.keys import PoolKeys
 from simulator.testing import running_app, serving
 
 __all__ = [
-    "MODEL", "ROOT", "busy_is", "eventually", "pending_tasks", "progress_past", "queue_is", "running_app",
+    "MODEL", "ROOT", "busy_is", "eventually", "is_pending_task", "pending_tasks", "progress_past", "queue_is", "running_app",
     "serving_gateway",
 ]
 
@@ -71,7 +72,7 @@ def serving_gateway(settings: Settings) -> contextlib.AbstractContextManager[str
     return serving(config, settings.host)
 
 
-def _is_pending_task(obj: object) -> bool:
+def is_pending_task(obj: object) -> TypeGuard[asyncio.Task[Any]]:
     """An unfinished asyncio task; False for anything else, a dead weak proxy included
     (``isinstance`` on a proxy whose object is gone raises ReferenceError)."""
     try:
@@ -85,7 +86,7 @@ def pending_tasks(limit_chars: int = 40_000) -> str:
     waits: what a test that timed out was waiting for (the test's own loop and every
     server it started in a thread)."""
     out = io.StringIO()
-    for task in [o for o in gc.get_objects() if _is_pending_task(o)]:
+    for task in [o for o in gc.get_objects() if is_pending_task(o)]:
         out.write(f"--- {task.get_name()}: {task.get_coro()!r}\n")
         try:
             task.print_stack(limit=12, file=out)

@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
 from tests import loop_guard
+from tests.support import is_pending_task
 
 T = TypeVar("T")
 
@@ -72,7 +73,7 @@ def waiting_tasks() -> list[str]:
     """Where every unfinished asyncio task of this process that runs the project's code waits."""
     waits = []
     for obj in gc.get_objects():
-        if isinstance(obj, asyncio.Task) and not obj.done():
+        if is_pending_task(obj):
             chain = " > ".join(_awaits(obj.get_coro()))
             if any(f"{part}/" in chain for part in ("gateway", "request", "api", "server", "scheduler", "queue",
                                                      "simulator", "httpx", "httpcore", "e2e", "uvicorn")):

@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import re
 import sys
+import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,12 @@ class LengthProxy:
                                         limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
         self.rewritten = 0
         self.unmatched = 0
+        # each generation request's course, oldest first (bounded), to tell afterwards which hop
+        # was late: (monotonic time, request number, "asked" with the max_tokens set (None: passed
+        # through unchanged) | "ended" (the engine's answer ran out) | "left" (the caller left,
+        # the engine's stream closed), then the bytes relayed by then)
+        self.trace: deque[tuple[float, int, str, int | None]] = deque(maxlen=1000)
+        self._numbers = itertools.count(1)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -80,8 +89,11 @@ class LengthProxy:
                 break
         path = scope["path"]
         first_of: int | None = None  # a listed request's first part: its length, to learn its prompt's ids
+        number: int | None = None
         if scope["method"] == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             body, first_of = await self.rewrite(path, body)
+            number = next(self._numbers)
+            self.trace.append((time.monotonic(), number, "asked", _max_tokens(body)))
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
         request = self.client.build_request(scope["method"], self.upstream + path, content=body, headers=headers,
                                             params=scope.get("query_string", b"").decode())
@@ -95,10 +107,15 @@ class LengthProxy:
             await _answer(send, 502, orjson.dumps({"error": {"message": f"upstream: {exc}", "type": "proxy_error",
                                                                "param": None, "code": None}}))
             return
+        relayed = [0]
+        how = "left"
         try:
-            await _relay_until_gone(response, receive, send, None if first_of is None else self._learner(first_of))
+            how = await _relay_until_gone(response, receive, send, None if first_of is None else self._learner(first_of),
+                                          relayed)
         finally:
             await response.aclose()  # closing the upstream response aborts the request in the engine
+            if number is not None:
+                self.trace.append((time.monotonic(), number, how, relayed[0]))
 
     def _learner(self, total: int) -> Callable[[bytes], bool]:
         """Reads the start of a listed request's stream for its prompt's token ids (vLLM's
@@ -194,9 +211,11 @@ class LengthProxy:
 
 
 async def _relay_until_gone(
-    response: httpx.Response, receive: Any, send: Any, watch: Callable[[bytes], bool] | None = None
-) -> None:
-    """Relay the engine's answer until it ends or the caller leaves, whichever is first.
+    response: httpx.Response, receive: Any, send: Any, watch: Callable[[bytes], bool] | None = None,
+    relayed: list[int] | None = None,
+) -> str:
+    """Relay the engine's answer until it ends (``"ended"``) or the caller leaves (``"left"``),
+    whichever is first; ``relayed[0]`` counts the bytes sent on.
 
     Under uvicorn a ``send`` after the caller has gone returns quietly, so relaying alone
     would keep reading the engine's stream to its end and the generation would run on
@@ -211,6 +230,8 @@ async def _relay_until_gone(
             if reading is not None and reading(chunk):
                 reading = None
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if relayed is not None:
+                relayed[0] += len(chunk)
         await send({"type": "http.response.body", "body": b""})
 
     async def gone() -> None:
@@ -227,6 +248,16 @@ async def _relay_until_gone(
     error = results[0]
     if isinstance(error, BaseException) and not isinstance(error, (asyncio.CancelledError, OSError)):
         raise error  # OSError: the caller left while a chunk was on its way
+    return "ended" if relaying.done() and not relaying.cancelled() and error is None else "left"
+
+
+def _max_tokens(body: bytes) -> int | None:
+    """The ``max_tokens`` a request body sends the engine, if any."""
+    try:
+        value = orjson.loads(body).get("max_tokens")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 async def _answer(send: Any, status: int, body: bytes) -> None:

@@ -96,8 +96,11 @@ def test_the_command_builds_the_model_folder(vllm: VllmServer, tmp_path: Path) -
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "intermittent in full runs of the suite (2 of 2 clean-clone runs on 2026-12-04, never alone nor beside busy "
-    "loops): the long stream was not paused and the dispatch script counted no refusal; cause not found"))
+    "intermittent in full runs of the suite, never alone nor beside busy loops: on 2026-12-04 (2 of 2 clean-clone "
+    "runs) the long stream was not paused and the dispatch script counted no refusal; on 2026-12-07 (1 of 2 full "
+    "runs) it was paused after 22 tokens and resumed, yet its first part ran to its end inside vLLM (3 successes, "
+    "5,983 tokens generated for 3,005 delivered); causes not found. The failure now shows each part's course at "
+    "the sidecar (when it was asked, when the caller left or the engine's answer ended, the bytes relayed)"))
 async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_delivered(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
 ) -> None:
@@ -110,7 +113,7 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
     pause and vLLM's abort: about 100 on a quiet machine, more on a busy one) is shown, not
     bounded: how soon an abort lands is speed, not behaviour."""
     lengths = {"a long story": 3000, "quick": 5}
-    with running_app(LengthProxy(vllm.url, dict(lengths))) as sidecar:
+    with running_app(proxy := LengthProxy(vllm.url, dict(lengths))) as sidecar:
         url = engine_gateway(ONE_SLOT | {"url": sidecar}, **PAUSING)
         keys = PoolKeys(prefix, "default")
         await on_engine(lambda: engine_idle(vllm), within_s=60)
@@ -134,5 +137,8 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
     assert resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
     delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
     assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed
-    assert succeeded == 2, (succeeded, generated, delivered)  # the paused part was aborted inside vLLM
+    # each part's course at the sidecar, in seconds from the first: which hop was late, if any
+    start = proxy.trace[0][0] if proxy.trace else 0.0
+    course = [(round(at - start, 3), n, what, value) for at, n, what, value in proxy.trace]
+    assert succeeded == 2, (succeeded, generated, delivered, course)  # the paused part was aborted inside vLLM
     assert delivered <= generated, (generated, delivered)

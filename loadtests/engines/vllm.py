@@ -81,14 +81,9 @@ class VllmSpec:
     # None: vLLM's own choice (every core). Its OpenMP threads spin between steps, so on a
     # small machine a gateway beside it needs a core the engine does not take.
     cpus: str | None = None
-    # how much lower its scheduling priority is than its starter's (``nice -n``): 0 as it is. A
-    # test process that drives it from the same small machine gets a core when it needs one
-    # instead of waiting out the engine's spinning threads, which run whenever anything lets them.
-    niceness: int = 0
 
     def argv(self, python: Path, port: int) -> list[str]:
-        args = ["nice", "-n", str(self.niceness)] if self.niceness else []
-        args += [
+        args = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", MODEL_NAME,
             "--host", "127.0.0.1", "--port", str(port),

@@ -68,7 +68,6 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     spec = VllmSpec(
         model_dir=model, max_num_seqs=MAX_NUM_SEQS, max_num_queued_reqs=MAX_IN_ENGINE,
         scheduling_policy="priority", cpus="0", max_model_len=MAX_MODEL_LEN,  # the other core: the gateways, Valkey, the test
-        niceness=10,  # the test process runs when it needs to (it was seen off the CPU for 1.4 s while vLLM ran)
     )  # fmt: skip
     with running_vllm(spec, python) as server:
         yield server

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import stat
 import subprocess
@@ -58,7 +57,7 @@ if os.environ.get("STANDIN_IGNORE_TERM"):
 core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(os.environ["STANDIN_OUT"], "w") as f:
     json.dump({"argv": sys.argv[1:], "core": core.pid, "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-               "offline": os.environ.get("HF_HUB_OFFLINE"), "nice": os.nice(0)}, f)
+               "offline": os.environ.get("HF_HUB_OFFLINE")}, f)
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = {"/health": b"", "/metrics": METRICS.encode()}.get(self.path)
@@ -129,7 +128,6 @@ def test_optional_flags_appear_only_when_asked(tmp_path: Path) -> None:
     argv = VllmSpec(model_dir=tmp_path, max_num_queued_reqs=6, prefix_caching=False).argv(Path("/py"), 1)
     assert argv[argv.index("--max-num-queued-reqs") + 1] == "6"
     assert "--no-enable-prefix-caching" in argv
-    assert VllmSpec(model_dir=tmp_path, niceness=10).argv(Path("/py"), 1)[:4] == ["nice", "-n", "10", "/py"]
 
 
 def test_the_cli_flags_and_their_defaults() -> None:
@@ -228,7 +226,7 @@ def test_a_failed_build_is_reported_and_exits_2(
 async def test_a_started_server_is_healthy_reads_its_metrics_and_stops_with_its_children(
     standin: Path, tmp_path: Path
 ) -> None:
-    spec = VllmSpec(model_dir=_built(tmp_path / "model"), cpus="0", start_timeout_s=60, niceness=5)
+    spec = VllmSpec(model_dir=_built(tmp_path / "model"), cpus="0", start_timeout_s=60)
 
     def serve_and_stop() -> tuple[dict[str, Any], int | None]:  # blocking: run off the event loop
         with running_vllm(spec) as server:
@@ -236,7 +234,6 @@ async def test_a_started_server_is_healthy_reads_its_metrics_and_stops_with_its_
             assert server.model == MODEL_NAME and server.log_path == spec.model_dir / "vllm.log"
             assert seen["argv"][seen["argv"].index("--port") + 1] == server.url.rsplit(":", 1)[1]
             assert seen["bind"] == "0" and seen["offline"] == "1"
-            assert seen["nice"] == min(19, os.nice(0) + 5)  # its priority lowered, as asked
             assert httpx.get(f"{server.url}/health").status_code == 200
             assert metric(server.metrics(), "vllm:num_requests_waiting") == 1.0
             proc = server.proc

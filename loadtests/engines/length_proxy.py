@@ -91,9 +91,9 @@ class LengthProxy:
         first_of: int | None = None  # a listed request's first part: its length, to learn its prompt's ids
         number: int | None = None
         if scope["method"] == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            body, first_of = await self.rewrite(path, body)
+            body, asked, first_of = await self.rewrite(path, body)
             number = next(self._numbers)
-            self.trace.append((time.monotonic(), number, "asked", _max_tokens(body)))
+            self.trace.append((time.monotonic(), number, "asked", asked))
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
         request = self.client.build_request(scope["method"], self.upstream + path, content=body, headers=headers,
                                             params=scope.get("query_string", b"").decode())
@@ -134,18 +134,19 @@ class LengthProxy:
 
         return read
 
-    async def rewrite(self, path: str, raw: bytes) -> tuple[bytes, int | None]:
-        """The body to send, and the listed length where it is a listed request's first part."""
+    async def rewrite(self, path: str, raw: bytes) -> tuple[bytes, int | None, int | None]:
+        """The body to send, the ``max_tokens`` it sets (None: passed through unchanged), and
+        the listed length where it is a listed request's first part."""
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return raw, None
+            return raw, None, None
         if not isinstance(body, dict):
-            return raw, None
+            return raw, None, None
         found = await self.remaining(path, body)
         if found is None:
             self.unmatched += 1
-            return raw, None
+            return raw, None, None
         tokens, first = found
         self.rewritten += 1
         body["max_tokens"] = max(1, tokens)
@@ -154,7 +155,7 @@ class LengthProxy:
         # special tokens stay in the text, so the text so far re-encodes to exactly the tokens
         # generated (the tiny model's word-level vocabulary round-trips; see tiny_model.py)
         body["skip_special_tokens"] = False
-        return orjson.dumps(body), tokens if first else None
+        return orjson.dumps(body), body["max_tokens"], tokens if first else None
 
     async def remaining(self, path: str, body: dict[str, Any]) -> tuple[int, bool] | None:
         """The tokens this request may still generate, and whether it is a listed request's
@@ -248,16 +249,7 @@ async def _relay_until_gone(
     error = results[0]
     if isinstance(error, BaseException) and not isinstance(error, (asyncio.CancelledError, OSError)):
         raise error  # OSError: the caller left while a chunk was on its way
-    return "ended" if relaying.done() and not relaying.cancelled() and error is None else "left"
-
-
-def _max_tokens(body: bytes) -> int | None:
-    """The ``max_tokens`` a request body sends the engine, if any."""
-    try:
-        value = orjson.loads(body).get("max_tokens")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, int) else None
+    return "ended" if error is None else "left"  # a cancelled relay's result is its CancelledError
 
 
 async def _answer(send: Any, status: int, body: bytes) -> None:

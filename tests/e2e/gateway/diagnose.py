@@ -1,15 +1,16 @@
-"""What a multi-replica test shows when a request was never answered: each gateway's own view,
+"""What a test of gateways on loopback shows when a request was never answered: each gateway's own view,
 each backend's, the pool's state in Redis (queue, tickets, leases, owners, inboxes), and where
 every unfinished task of the process waits (the gateways and simulators these tests start run
 in this process, each on its own thread and loop), taken while the requests still hang: a
 failure then says whether a request was queued, granted, running or lost, and on what.
 
 Below the tasks, the bytes: each loopback TCP connection to a gateway as the kernel holds it
-(its send and receive queues, from ``/proc/net/tcp``), and each connection a gateway's
-uvicorn holds (whether its response started, completed, or was dropped as disconnected).
-An answer sitting in the client's receive queue was sent and never read; one still in the
-gateway's send queue was not taken by the client's side; one uvicorn marked disconnected
-was dropped before it was written."""
+(its send and receive queues, from ``/proc/net/tcp``), each gateway's listening socket (its
+accept queue), and each connection a gateway's uvicorn holds (whether its response started,
+completed, or was dropped as disconnected). An answer sitting in the client's receive queue
+was sent and never read; one still in the gateway's send queue was not taken by the client's
+side; one uvicorn marked disconnected was dropped before it was written; a request in the
+gateway's receive queue was never read, and a connection in its accept queue never accepted."""
 
 from __future__ import annotations
 
@@ -104,13 +105,17 @@ def tcp_table(table: Path = Path("/proc/net/tcp")) -> list[dict[str, int | str]]
 
 
 def sockets(urls: Iterable[str]) -> list[str]:
-    """The connections to and from these servers' ports, one line each (listeners left out),
-    with how the tests' own event loop polls each socket it has a key for (``loop_guard``)."""
+    """The connections to and from these servers' ports, one line each, with how the tests'
+    own event loop polls each socket it has a key for (``loop_guard``); then each server's
+    listening socket with its accept queue (connections the kernel completed that the
+    server has not accepted yet: what a listener's receive queue counts)."""
     ports = {urlsplit(u).port for u in urls}
     polled = loop_guard.polled()
+    rows = [r for r in tcp_table() if r["local"] in ports or r["remote"] in ports]
     return [f"{r['local']}->{r['remote']} {r['state']} send_q={r['send_q']} recv_q={r['recv_q']}"
             f" ({polled.get(int(r['inode']), 'no key in a test loop')})"
-            for r in tcp_table() if r["state"] != "LISTEN" and (r["local"] in ports or r["remote"] in ports)]
+            for r in rows if r["state"] != "LISTEN"] + [
+            f"{r['local']} LISTEN accept_q={r['recv_q']}" for r in rows if r["state"] == "LISTEN"]
 
 
 def server_connections() -> list[str]:
@@ -134,15 +139,17 @@ def threads() -> list[str]:
     return ["".join(traceback.format_stack(frame, limit=8)) for frame in sys._current_frames().values()]
 
 
-async def all_answered(calls: Iterable[Awaitable[T]], *, redis: Redis, keys: PoolKeys, gateways: Iterable[str],
-                       backends: Iterable[str], within_s: float = 50.0) -> list[T]:
+async def all_answered(calls: Iterable[Awaitable[T]], *, gateways: Iterable[str], backends: Iterable[str] = (),
+                       redis: Redis | None = None, keys: PoolKeys | None = None, within_s: float = 50.0) -> list[T]:
     """Every call's result. Calls not done within ``within_s`` (under the clients' own read
-    timeout, so that they still hang when looked at) fail the test with what every part saw."""
+    timeout, so that they still hang when looked at) fail the test with what every part saw
+    (the pool's state in Redis where ``redis`` and ``keys`` are given)."""
     tasks = [asyncio.ensure_future(c) for c in calls]
     _, pending = await asyncio.wait(tasks, timeout=within_s)
     if pending:
         gateways = tuple(gateways)
-        seen = {"pool": await pool_state(redis, keys), "tasks": waiting_tasks(), "threads": threads(),
+        pool = await pool_state(redis, keys) if redis is not None and keys is not None else None
+        seen = {"pool": pool, "tasks": waiting_tasks(), "threads": threads(),
                 "sockets": sockets(gateways), "server_connections": server_connections(),
                 "gateways": await views(gateways, "/admin/stats"), "backends": await views(backends, "/sim/stats")}
         for task in pending:

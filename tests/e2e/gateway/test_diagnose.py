@@ -23,6 +23,16 @@ def test_bytes_sent_and_not_read_show_in_the_readers_receive_queue() -> None:
                 assert not any(line.startswith(f"{port}->") and "recv_q=5" in line for line in lines)
 
 
+def test_a_connection_never_accepted_shows_in_the_listeners_accept_queue() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):  # the kernel completes it; nobody accepts
+            assert f"{port} LISTEN accept_q=1" in sockets([f"http://127.0.0.1:{port}"])
+            accepted, _ = listener.accept()
+            with accepted:
+                assert f"{port} LISTEN accept_q=0" in sockets([f"http://127.0.0.1:{port}"])
+
+
 def test_a_uvicorn_connection_shows_its_requests_state() -> None:
     with running_simulator() as url, socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as conn:
         conn.sendall(b"GET /health HTTP/1.1\r\nhost: sim\r\n\r\n")

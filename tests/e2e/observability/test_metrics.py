@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import httpx
 
 from gateway.settings import hash_key
 from gateway.telemetry.stats import percentile
+from tests.e2e.gateway.diagnose import all_answered
 from tests.e2e.observability.conftest import MODEL, get_json, scrape, stream_chat, total
 
 LENGTHS = [2 + i % 7 for i in range(20)]  # 20 streamed requests of known output lengths
 
 
 async def _workload(base: str) -> list[dict[str, object]]:
-    async with httpx.AsyncClient(timeout=120) as client:
-        return list(await asyncio.gather(*(stream_chat(client, base, n, prompt=f"p{i}") for i, n in enumerate(LENGTHS))))
+    async with httpx.AsyncClient(timeout=120) as client:  # a request that hangs fails with what each part saw
+        return await all_answered((stream_chat(client, base, n, prompt=f"p{i}") for i, n in enumerate(LENGTHS)),
+                                  gateways=(base,))
 
 
 async def test_metrics_count_a_known_workload(observed: Callable[..., str]) -> None:

@@ -272,10 +272,13 @@ class Dispatcher:
                 continue  # told twice (a retried call's answer and the inbox): one lease
             if msg.kind is MessageKind.PAUSE:
                 # the script already gave its slot away: no lease to renew or release
-                self._held[pool].pop(msg.ticket, None)
+                held = self._held[pool].pop(msg.ticket, None)
                 watched = self._watched.pop(msg.ticket, None)
                 if watched is not None:
                     watched.on_pause(msg.reason if isinstance(msg, PauseMessage) else "")
+                elif held is not None:  # (not held: released meanwhile, its generation over)
+                    log.warning("lease %s was paused, but this replica does not follow its generation: "
+                                "it runs on beside the work its slot went to", msg.ticket)
                 continue
             if msg.kind is MessageKind.LOST:
                 lost = self._waiters.get(msg.ticket)

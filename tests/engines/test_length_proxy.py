@@ -4,6 +4,7 @@ length, a continuation gets the rest of it, and unlisted requests pass unchanged
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -103,6 +104,7 @@ def test_the_command_builds_the_model_folder(vllm: VllmServer, tmp_path: Path) -
     "the sidecar (when it was asked, when the caller left or the engine's answer ended, the bytes relayed)"))
 async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_delivered(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The benchmark's own path: gateway → sidecar → vLLM, no ``max_tokens`` from the client.
     A long stream paused for a short request must stop generating inside vLLM when the
@@ -113,6 +115,7 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
     pause and vLLM's abort: about 100 on a quiet machine, more on a busy one) is shown, not
     bounded: how soon an abort lands is speed, not behaviour."""
     lengths = {"a long story": 3000, "quick": 5}
+    caplog.set_level(logging.WARNING, logger="triage")
     with running_app(proxy := LengthProxy(vllm.url, dict(lengths))) as sidecar:
         url = engine_gateway(ONE_SLOT | {"url": sidecar}, **PAUSING)
         keys = PoolKeys(prefix, "default")
@@ -132,13 +135,14 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
         await on_engine(lambda: engine_idle(vllm), within_s=60)
         generated = await engine_metric(vllm, "vllm:generation_tokens_total") - before
         succeeded = await engine_metric(vllm, "vllm:request_success_total") - finished
-    # the dispatch script counts why it did not pause (``unpaused_<rule>``) in the pool's stats
-    assert b": paused" in raw, await engine_redis.hgetall(keys.stats)
-    assert resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
-    delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
-    assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed
     # each part's course at the sidecar, in seconds from the first: which hop was late, if any
     start = proxy.trace[0][0] if proxy.trace else 0.0
     course = [(round(at - start, 3), n, what, value) for at, n, what, value in proxy.trace]
+    warnings = [r.getMessage() for r in caplog.records]  # e.g. a pause this gateway did not act on
+    # the dispatch script counts why it did not pause (``unpaused_<rule>``) in the pool's stats
+    assert b": paused" in raw, (await engine_redis.hgetall(keys.stats), course, warnings)
+    assert resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
+    delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
+    assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed
     assert succeeded == 2, (succeeded, generated, delivered, course)  # the paused part was aborted inside vLLM
     assert delivered <= generated, (generated, delivered)

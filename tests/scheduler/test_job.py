@@ -5,6 +5,7 @@ each part ended once, the request settled once."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 
@@ -18,7 +19,7 @@ from scheduler.policy.quota import QuotaLimits, reserve_tokens
 from scheduler.predictor.lexical import LengthPredictor
 from scheduler.predictor.prior import PriorPredictor
 from scheduler.queue.keys import QuotaKeys
-from scheduler.queue.records import parse_progress
+from scheduler.queue.records import pack_progress, parse_progress
 from scheduler.queue.scripts import Timing
 from scheduler.types import CallResult, Grant, PredictInput
 from tests.scheduler.stack import (
@@ -345,6 +346,28 @@ async def test_a_paused_job_queues_a_continuation_that_keeps_its_arrival(make) -
     await s.dispatcher.heartbeat(POOL)
     assert paused_again.is_set() and (await later_wait).backend == "a"
     later.finish(OK, None)
+    long.finish(OK, None)
+
+
+async def test_a_pause_of_a_held_lease_nobody_follows_is_logged(make, caplog: pytest.LogCaptureFixture) -> None:
+    """The script gives away the slot of a lease whose progress it holds; if this replica
+    holds the lease but nothing follows its generation (nothing can close it), the
+    generation runs on beside the work its slot went to: said in the log, not silent."""
+    s = await make(
+        backend("a", resume=True), policy=PolicyName.STRICT_PRIORITY, predictor=PriorPredictor(10.0),
+        timing=Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64, preempt=True, quantum_tokens=64),
+        params=SchedulerParams("interactive", preempt=True, quantum_tokens=64),
+    )
+    long = await admitted(s, tier="batch", arrived=time.monotonic() - 20)
+    lease = await granted(long)
+    await s.redis.hset(s.keys.progress, lease.ticket, pack_progress(500, 10))  # reported, then not followed
+    with caplog.at_level(logging.WARNING, logger="triage.dispatcher"):
+        urgent = await admitted(s)
+        assert (await granted(urgent)).backend == "a"  # the slot changed hands
+    assert [r.getMessage() for r in caplog.records] == [
+        f"lease {lease.ticket} was paused, but this replica does not follow its generation: "
+        "it runs on beside the work its slot went to"]
+    urgent.finish(OK, None)
     long.finish(OK, None)
 
 

@@ -297,15 +297,21 @@ async def test_a_wait_ends_when_a_reload_removes_the_last_backend(make) -> None:
 # -- pausing ---------------------------------------------------------------------------
 
 
-async def test_a_paused_job_queues_a_continuation_that_keeps_its_arrival(make) -> None:
-    """A batch generation past its quantum is paused for an interactive request (the real
-    dispatch script decides); its continuation ``-p1`` goes before a batch request that
-    arrived after it, though that one was queued first."""
-    s = await make(
+async def pausing(make) -> Stack:
+    """One backend that can resume, strict priority: a batch lease past its 64-token quantum
+    is paused for an interactive request."""
+    return await make(
         backend("a", resume=True), policy=PolicyName.STRICT_PRIORITY, predictor=PriorPredictor(10.0),
         timing=Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64, preempt=True, quantum_tokens=64),
         params=SchedulerParams("interactive", preempt=True, quantum_tokens=64),
     )
+
+
+async def test_a_paused_job_queues_a_continuation_that_keeps_its_arrival(make) -> None:
+    """A batch generation past its quantum is paused for an interactive request (the real
+    dispatch script decides); its continuation ``-p1`` goes before a batch request that
+    arrived after it, though that one was queued first."""
+    s = await pausing(make)
     long = await admitted(s, tier="batch", arrived=time.monotonic() - 20)
     lease = await granted(long)
     assert long.may_pause
@@ -353,11 +359,7 @@ async def test_a_pause_of_a_held_lease_nobody_follows_is_logged(make, caplog: py
     """The script gives away the slot of a lease whose progress it holds; if this replica
     holds the lease but nothing follows its generation (nothing can close it), the
     generation runs on beside the work its slot went to: said in the log, not silent."""
-    s = await make(
-        backend("a", resume=True), policy=PolicyName.STRICT_PRIORITY, predictor=PriorPredictor(10.0),
-        timing=Timing(lease_ttl_s=30.0, owner_ttl_s=3.0, max_scan=64, preempt=True, quantum_tokens=64),
-        params=SchedulerParams("interactive", preempt=True, quantum_tokens=64),
-    )
+    s = await pausing(make)
     long = await admitted(s, tier="batch", arrived=time.monotonic() - 20)
     lease = await granted(long)
     await s.redis.hset(s.keys.progress, lease.ticket, pack_progress(500, 10))  # reported, then not followed

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import httpx
 import pytest
 
+from tests.e2e.gateway.diagnose import all_answered
 from tests.e2e.observability.browser import find_chromium, open_page
 from tests.e2e.observability.conftest import get_json, stream_chat
 from tests.support import eventually
@@ -23,8 +23,8 @@ def chromium() -> str:
 
 async def test_dashboard_shows_the_stats(observed: Callable[..., str], chromium: str) -> None:
     base = observed()
-    async with httpx.AsyncClient(timeout=120) as client:
-        await asyncio.gather(*(stream_chat(client, base, 3 + i % 5, prompt=f"d{i}") for i in range(12)))
+    async with httpx.AsyncClient(timeout=120) as client:  # a request that hangs fails with what each part saw
+        await all_answered((stream_chat(client, base, 3 + i % 5, prompt=f"d{i}") for i in range(12)), gateways=(base,))
     stats = await get_json(base, "/admin/stats")
     backends = (await get_json(base, "/admin/backends"))["backends"]
 

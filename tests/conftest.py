@@ -9,6 +9,7 @@ see each other's keys.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -19,6 +20,7 @@ from gateway.server.embedded import EmbeddedRedis
 from simulator.settings import SimSettings
 from simulator.testing import running_simulator
 from tests import loop_guard
+from tests.e2e.gateway.diagnose import process_sockets, server_connections
 from tests.support import MODEL, pending_tasks
 
 loop_guard.install()  # before any test's event loop is made
@@ -26,17 +28,47 @@ loop_guard.install()  # before any test's event loop is made
 
 XFAIL_TEXT_CHARS = 20_000
 _xfailed: list[tuple[str, str]] = []  # (test, what failed): intermittent failures marked xfail
+# A test still running this long has its process's sockets and uvicorn connections written
+# down while it runs (a client's read timeout is 120 s: a hung request is still hanging), and
+# shown if it then fails; most tests end within seconds, an engine test within a minute or two.
+SNAPSHOT_AFTER_S = 60.0
+_snapshot = pytest.StashKey[list[str]]()
+
+
+def _sockets_now() -> list[str]:
+    for _ in range(3):  # the loops' selectors change under another thread's read: try again
+        try:
+            return [f"at {SNAPSHOT_AFTER_S:g} s:", *process_sockets(), "uvicorn connections:", *server_connections()]
+        except RuntimeError:
+            continue
+    return ["the sockets could not be read"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    taken: list[str] = []
+    item.stash[_snapshot] = taken
+    timer = threading.Timer(SNAPSHOT_AFTER_S, lambda: taken.extend(_sockets_now()))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A test that failed while its servers still run reports what every task waited on; a
-    test marked as an expected (intermittent) failure that did fail keeps what it saw for the
+    """A test that failed while its servers still run reports what every task waited on (and,
+    if it ran past ``SNAPSHOT_AFTER_S``, the process's sockets as they were then); a test
+    marked as an expected (intermittent) failure that did fail keeps what it saw for the
     run's summary, where pytest would show only the marker's reason."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "call" and report.failed:
         report.sections.append(("pending asyncio tasks", pending_tasks()))
+        if taken := item.stash.get(_snapshot, []):
+            report.sections.append(("sockets while it ran", "\n".join(taken)))
     if report.when == "call" and hasattr(report, "wasxfail") and call.excinfo is not None:
         _xfailed.append((item.nodeid, f"{call.excinfo.typename}: {call.excinfo.value}"[:XFAIL_TEXT_CHARS]))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import traceback
 from collections.abc import Awaitable, Iterable
@@ -110,8 +111,22 @@ def sockets(urls: Iterable[str]) -> list[str]:
     listening socket with its accept queue (connections the kernel completed that the
     server has not accepted yet: what a listener's receive queue counts)."""
     ports = {urlsplit(u).port for u in urls}
+    return _lines([r for r in tcp_table() if r["local"] in ports or r["remote"] in ports])
+
+
+def process_sockets() -> list[str]:
+    """Every TCP socket this process holds, as ``sockets`` shows them (a listener with its
+    accept queue): for a test whose servers and clients are not known in advance."""
+    mine = set()
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        inode = loop_guard.socket_inode(int(name))
+        if inode is not None:
+            mine.add(inode)
+    return _lines([r for r in tcp_table() if r["inode"] in mine])
+
+
+def _lines(rows: list[dict[str, int | str]]) -> list[str]:
     polled = loop_guard.polled()
-    rows = [r for r in tcp_table() if r["local"] in ports or r["remote"] in ports]
     return [f"{r['local']}->{r['remote']} {r['state']} send_q={r['send_q']} recv_q={r['recv_q']}"
             f" ({polled.get(int(r['inode']), 'no key in a test loop')})"
             for r in rows if r["state"] != "LISTEN"] + [

@@ -6,7 +6,7 @@ import asyncio
 import socket
 
 from simulator.testing import running_simulator
-from tests.e2e.gateway.diagnose import server_connections, sockets
+from tests.e2e.gateway.diagnose import process_sockets, server_connections, sockets
 
 
 def test_bytes_sent_and_not_read_show_in_the_readers_receive_queue() -> None:
@@ -31,6 +31,20 @@ def test_a_connection_never_accepted_shows_in_the_listeners_accept_queue() -> No
             accepted, _ = listener.accept()
             with accepted:
                 assert f"{port} LISTEN accept_q=0" in sockets([f"http://127.0.0.1:{port}"])
+
+
+def test_the_process_sockets_are_every_socket_of_this_process_and_no_other() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                accepted.sendall(b"hello")  # the client never reads it
+                mine = client.getsockname()[1]
+                lines = process_sockets()
+                assert any(line.startswith(f"{mine}->{port} ESTABLISHED") and "recv_q=5" in line for line in lines)
+                assert f"{port} LISTEN accept_q=0" in lines
+    assert not any(line.startswith(f"{mine}->") or line.startswith(f"{port} ") for line in process_sockets())
 
 
 def test_a_uvicorn_connection_shows_its_requests_state() -> None:

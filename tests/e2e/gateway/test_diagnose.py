@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Iterator
 
 from simulator.testing import running_simulator
 from tests.e2e.gateway.diagnose import process_sockets, server_connections, sockets
 
 
-def test_bytes_sent_and_not_read_show_in_the_readers_receive_queue() -> None:
+@contextlib.contextmanager
+def unread_hello() -> Iterator[tuple[int, int]]:
+    """A listener's port and a client's, the client with five bytes it never reads."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         with socket.create_connection(("127.0.0.1", port)) as client:
             accepted, _ = listener.accept()
             with accepted:
-                accepted.sendall(b"hello")  # the client never reads it
-                client_port = client.getsockname()[1]
-                lines = sockets([f"http://127.0.0.1:{port}"])
-                waiting = [line for line in lines if line.startswith(f"{client_port}->{port} ")]
-                assert waiting and "recv_q=5" in waiting[0], lines
-                assert not any(line.startswith(f"{port}->") and "recv_q=5" in line for line in lines)
+                accepted.sendall(b"hello")
+                yield port, client.getsockname()[1]
+
+
+def test_bytes_sent_and_not_read_show_in_the_readers_receive_queue() -> None:
+    with unread_hello() as (port, client_port):
+        lines = sockets([f"http://127.0.0.1:{port}"])
+        waiting = [line for line in lines if line.startswith(f"{client_port}->{port} ")]
+        assert waiting and "recv_q=5" in waiting[0], lines
+        assert not any(line.startswith(f"{port}->") and "recv_q=5" in line for line in lines)
 
 
 def test_a_connection_never_accepted_shows_in_the_listeners_accept_queue() -> None:
@@ -34,16 +42,10 @@ def test_a_connection_never_accepted_shows_in_the_listeners_accept_queue() -> No
 
 
 def test_the_process_sockets_are_every_socket_of_this_process_and_no_other() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            accepted, _ = listener.accept()
-            with accepted:
-                accepted.sendall(b"hello")  # the client never reads it
-                mine = client.getsockname()[1]
-                lines = process_sockets()
-                assert any(line.startswith(f"{mine}->{port} ESTABLISHED") and "recv_q=5" in line for line in lines)
-                assert f"{port} LISTEN accept_q=0" in lines
+    with unread_hello() as (port, mine):
+        lines = process_sockets()
+        assert any(line.startswith(f"{mine}->{port} ESTABLISHED") and "recv_q=5" in line for line in lines)
+        assert f"{port} LISTEN accept_q=0" in lines
     assert not any(line.startswith(f"{mine}->") or line.startswith(f"{port} ") for line in process_sockets())
 
 

@@ -24,7 +24,8 @@ def chromium() -> str:
 async def test_dashboard_shows_the_stats(observed: Callable[..., str], chromium: str) -> None:
     base = observed()
     async with httpx.AsyncClient(timeout=120) as client:  # a request that hangs fails with what each part saw
-        await all_answered((stream_chat(client, base, 3 + i % 5, prompt=f"d{i}") for i in range(12)), gateways=(base,))
+        await all_answered((stream_chat(client, base, 3 + i % 5, prompt=f"d{i}") for i in range(12)),
+                           gateways=(base,))
     stats = await get_json(base, "/admin/stats")
     backends = (await get_json(base, "/admin/backends"))["backends"]
 

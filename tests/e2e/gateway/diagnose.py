@@ -117,11 +117,8 @@ def sockets(urls: Iterable[str]) -> list[str]:
 def process_sockets() -> list[str]:
     """Every TCP socket this process holds, as ``sockets`` shows them (a listener with its
     accept queue): for a test whose servers and clients are not known in advance."""
-    mine = set()
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
-        inode = loop_guard.socket_inode(int(name))
-        if inode is not None:
-            mine.add(inode)
+    fds = os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []
+    mine = {loop_guard.socket_inode(int(fd)) for fd in fds} - {None}
     return _lines([r for r in tcp_table() if r["inode"] in mine])
 
 
@@ -164,9 +161,10 @@ async def all_answered(calls: Iterable[Awaitable[T]], *, gateways: Iterable[str]
     if pending:
         gateways = tuple(gateways)
         pool = await pool_state(redis, keys) if redis is not None and keys is not None else None
-        seen = {"pool": pool, "tasks": waiting_tasks(), "threads": threads(),
-                "sockets": sockets(gateways), "server_connections": server_connections(),
-                "gateways": await views(gateways, "/admin/stats"), "backends": await views(backends, "/sim/stats")}
+        # the bytes first: a report cut short (an intermittent failure's summary) keeps them
+        seen = {"sockets": sockets(gateways), "server_connections": server_connections(), "pool": pool,
+                "gateways": await views(gateways, "/admin/stats"), "backends": await views(backends, "/sim/stats"),
+                "tasks": waiting_tasks(), "threads": threads()}
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import selectors
+import sys
+import time
 import traceback
 import weakref
 from pathlib import Path
@@ -28,6 +30,19 @@ from typing import Any
 _live: weakref.WeakSet[Watched] = weakref.WeakSet()
 _CLOSED = (RuntimeError, AttributeError, ValueError)  # what a selector closed meanwhile raises
 _reused: list[str] = []  # stale keys that a new file was about to take over, as found
+# per descriptor number, the last time a watched selector began and stopped polling it for
+# reads, and from where: a socket found with no key says who took its key away
+_read_on: dict[int, str] = {}
+_read_off: dict[int, str] = {}
+
+
+def _where(depth: int = 7) -> str:
+    """When, and the innermost callers outside this module (cheap: no source lines read)."""
+    frame, parts = sys._getframe(2), []
+    while frame is not None and len(parts) < depth:
+        parts.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+        frame = frame.f_back
+    return f"at {time.monotonic():.3f} by " + " < ".join(parts)
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
@@ -52,12 +67,16 @@ class Watched(selectors.EpollSelector):
         key = super().register(fileobj, events, data)
         self.files[key.fd] = _identity(key.fd)
         self.reported.discard(key.fd)
+        if events & selectors.EVENT_READ:
+            _read_on[key.fd] = _where()
         return key
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         key = self.get_key(fileobj)
         now = _identity(key.fd)
         if now == self.files.get(key.fd):
+            if (key.events ^ events) & selectors.EVENT_READ:
+                (_read_on if events & selectors.EVENT_READ else _read_off)[key.fd] = _where()
             return super().modify(fileobj, events, data)
         stack = "".join(traceback.format_stack(limit=14)[:-1])
         _reused.append(f"fd {key.fd} was registered for {key.data!r} and closed behind the loop's back; "
@@ -69,6 +88,8 @@ class Watched(selectors.EpollSelector):
         key = super().unregister(fileobj)
         self.files.pop(key.fd, None)
         self.reported.discard(key.fd)
+        if key.events & selectors.EVENT_READ:
+            _read_off[key.fd] = _where()
         return key
 
     def stale(self) -> list[str]:
@@ -137,6 +158,24 @@ def socket_inode(fd: int) -> int | None:
     except OSError:
         return None
     return int(target[8:-1]) if target.startswith("socket:[") else None
+
+
+def read_history(inode: int) -> str:
+    """For a socket no watched selector polls: the last time a watched selector began and
+    stopped polling its descriptor for reads, and from where (the number may have named
+    another file then)."""
+    for fd in _descriptors_of(inode):
+        return (f"fd {fd}: reads last polled {_read_on.get(fd, 'never')}; "
+                f"last unpolled {_read_off.get(fd, 'never')}")
+    return "no descriptor"
+
+
+def _descriptors_of(inode: int) -> list[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    return [int(n) for n in names if n.isdigit() and socket_inode(int(n)) == inode]
 
 
 def polled() -> dict[int, str]:

@@ -124,3 +124,26 @@ def test_keys_the_kernel_does_not_poll_are_stale_when_the_epoll_descriptor_names
     finally:
         selector.close()
         other.close()
+
+
+def test_a_socket_no_loop_polls_says_who_last_stopped_polling_it() -> None:
+    selector = Watched()
+    loop = asyncio.SelectorEventLoop(selector)
+    try:
+        left, right = socket.socketpair()
+        with left, right:
+            inode = loop_guard.socket_inode(left.fileno())
+            assert inode is not None
+            loop.add_reader(left.fileno(), lambda: None)
+            loop.add_writer(left.fileno(), lambda: None)
+            assert inode in loop_guard.polled()
+            loop.remove_reader(left.fileno())  # through modify: the writer stays
+            history = loop_guard.read_history(inode)
+            assert f"fd {left.fileno()}:" in history
+            on, off = history.split("; last unpolled ")
+            assert "test_loop_guard.py" in on and "test_a_socket_no_loop_polls" in off, history
+            loop.remove_writer(left.fileno())
+            assert loop_guard.read_history(inode) == history  # a writer leaving is not a read
+    finally:
+        loop.close()
+    assert loop_guard.read_history(10**12) == "no descriptor"

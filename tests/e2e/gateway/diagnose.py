@@ -125,9 +125,17 @@ def process_sockets() -> list[str]:
 def _lines(rows: list[dict[str, int | str]]) -> list[str]:
     polled = loop_guard.polled()
     return [f"{r['local']}->{r['remote']} {r['state']} send_q={r['send_q']} recv_q={r['recv_q']}"
-            f" ({polled.get(int(r['inode']), 'no key in a test loop')})"
+            f" ({polled.get(int(r['inode'])) or _unpolled(r)})"
             for r in rows if r["state"] != "LISTEN"] + [
             f"{r['local']} LISTEN accept_q={r['recv_q']}" for r in rows if r["state"] == "LISTEN"]
+
+
+def _unpolled(row: dict[str, int | str]) -> str:
+    """A socket no test loop polls: for a client's socket with bytes waiting, who last
+    stopped polling its descriptor (a server thread's sockets are its own loop's)."""
+    if int(row["recv_q"]) == 0:
+        return "no key in a test loop"
+    return f"no key in a test loop; {loop_guard.read_history(int(row['inode']))}"
 
 
 def server_connections() -> list[str]:

@@ -164,18 +164,20 @@ def read_history(inode: int) -> str:
     """For a socket no watched selector polls: the last time a watched selector began and
     stopped polling its descriptor for reads, and from where (the number may have named
     another file then)."""
-    for fd in _descriptors_of(inode):
-        return (f"fd {fd}: reads last polled {_read_on.get(fd, 'never')}; "
-                f"last unpolled {_read_off.get(fd, 'never')}")
-    return "no descriptor"
+    fd = next((fd for fd, named in socket_descriptors().items() if named == inode), None)
+    if fd is None:
+        return "no descriptor"
+    return f"fd {fd}: reads last polled {_read_on.get(fd, 'never')}; last unpolled {_read_off.get(fd, 'never')}"
 
 
-def _descriptors_of(inode: int) -> list[int]:
+def socket_descriptors() -> dict[int, int]:
+    """Each descriptor of this process that names a socket, with the socket's inode."""
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
-        return []
-    return [int(n) for n in names if n.isdigit() and socket_inode(int(n)) == inode]
+        return {}
+    found = {int(n): socket_inode(int(n)) for n in names if n.isdigit()}
+    return {fd: inode for fd, inode in found.items() if inode is not None}
 
 
 def polled() -> dict[int, str]:

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import selectors
 import socket
+from collections.abc import Iterator
 
 from tests import loop_guard
 from tests.loop_guard import Watched
 
 
-def test_a_socket_closed_while_registered_is_stale_and_one_unregistered_first_is_not() -> None:
+@contextlib.contextmanager
+def watched_loop() -> Iterator[tuple[Watched, asyncio.AbstractEventLoop]]:
+    """A selector loop on a watched selector, closed at the end."""
     selector = Watched()
     loop = asyncio.SelectorEventLoop(selector)
     try:
+        yield selector, loop
+    finally:
+        loop.close()
+
+
+def test_a_socket_closed_while_registered_is_stale_and_one_unregistered_first_is_not() -> None:
+    with watched_loop() as (selector, loop):
         left, right = socket.socketpair()
         tidy, other = socket.socketpair()
         with right, other:
@@ -28,14 +39,10 @@ def test_a_socket_closed_while_registered_is_stale_and_one_unregistered_first_is
             stale = selector.stale()
             assert len(stale) == 1 and stale[0].startswith(f"fd {fd} "), stale
             assert selector.stale() == []  # reported once
-    finally:
-        loop.close()
 
 
 def test_a_descriptor_number_reused_by_another_file_is_stale() -> None:
-    selector = Watched()
-    loop = asyncio.SelectorEventLoop(selector)
-    try:
+    with watched_loop() as (selector, loop):
         left, right = socket.socketpair()
         with left, right:
             loop.add_reader(left.fileno(), lambda: None)
@@ -44,14 +51,10 @@ def test_a_descriptor_number_reused_by_another_file_is_stale() -> None:
             stale = selector.stale()
             assert len(stale) == 1 and stale[0].startswith(f"fd {fd} "), stale
             loop.remove_reader(fd)
-    finally:
-        loop.close()
 
 
 def test_a_stale_key_taken_over_by_a_new_socket_is_reported_and_the_new_socket_is_polled() -> None:
-    selector = Watched()
-    loop = asyncio.SelectorEventLoop(selector)
-    try:
+    with watched_loop() as (selector, loop):
         left, right = socket.socketpair()
         loop.add_reader(left.fileno(), lambda: None)
         fd = left.fileno()
@@ -70,8 +73,6 @@ def test_a_stale_key_taken_over_by_a_new_socket_is_reported_and_the_new_socket_i
             loop.remove_reader(fd)
             if not took:
                 os.close(fd)
-    finally:
-        loop.close()
 
 
 def test_the_selectors_own_epoll_descriptor_closed_behind_its_back_is_stale() -> None:
@@ -89,9 +90,7 @@ def test_the_selectors_own_epoll_descriptor_closed_behind_its_back_is_stale() ->
 
 
 def test_a_key_whose_descriptor_left_the_epoll_set_shows_as_not_polled() -> None:
-    selector = Watched()
-    loop = asyncio.SelectorEventLoop(selector)
-    try:
+    with watched_loop() as (selector, loop):
         left, right = socket.socketpair()
         other, peer = socket.socketpair()
         with right, other, peer:
@@ -104,8 +103,6 @@ def test_a_key_whose_descriptor_left_the_epoll_set_shows_as_not_polled() -> None
             assert view == f"fd {fd} polled for events 1, NOT in the epoll set", view
             loop.remove_reader(fd)
             os.close(fd)
-    finally:
-        loop.close()
 
 
 def test_keys_the_kernel_does_not_poll_are_stale_when_the_epoll_descriptor_names_another_epoll() -> None:
@@ -127,9 +124,7 @@ def test_keys_the_kernel_does_not_poll_are_stale_when_the_epoll_descriptor_names
 
 
 def test_a_socket_no_loop_polls_says_who_last_stopped_polling_it() -> None:
-    selector = Watched()
-    loop = asyncio.SelectorEventLoop(selector)
-    try:
+    with watched_loop() as (selector, loop):
         left, right = socket.socketpair()
         with left, right:
             inode = loop_guard.socket_inode(left.fileno())
@@ -144,6 +139,4 @@ def test_a_socket_no_loop_polls_says_who_last_stopped_polling_it() -> None:
             assert "test_loop_guard.py" in on and "test_a_socket_no_loop_polls" in off, history
             loop.remove_writer(left.fileno())
             assert loop_guard.read_history(inode) == history  # a writer leaving is not a read
-    finally:
-        loop.close()
     assert loop_guard.read_history(10**12) == "no descriptor"

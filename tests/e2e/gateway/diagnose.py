@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import sys
 import traceback
 from collections.abc import Awaitable, Iterable
@@ -117,8 +116,7 @@ def sockets(urls: Iterable[str]) -> list[str]:
 def process_sockets() -> list[str]:
     """Every TCP socket this process holds, as ``sockets`` shows them (a listener with its
     accept queue): for a test whose servers and clients are not known in advance."""
-    fds = os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []
-    mine = {loop_guard.socket_inode(int(fd)) for fd in fds} - {None}
+    mine = set(loop_guard.socket_descriptors().values())
     return _lines([r for r in tcp_table() if r["inode"] in mine])
 
 

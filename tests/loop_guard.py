@@ -14,10 +14,20 @@ socket after every read, so a connection's next read goes through ``modify``, an
 request that then hangs is cancelled and closed before the test ends): ``modify`` checks
 the descriptor's file first, and on a stale key registers the new file properly (it is
 polled, so nothing hangs) and keeps what it found for the test's end.
+
+A transport can also outlive its socket: a client left unclosed (the ``openai`` package's
+client schedules its own close on the running loop when it is collected) is collected in a
+cycle, the collector finalises its sockets (closing their descriptors) before the scheduled
+close runs, a new connection takes a freed number, and the late close then removes that
+number's keys, which are the new connection's: its reads hang with their answer waiting.
+Every asyncio transport made while the guard is installed remembers the test code that made
+it; one closed or aborted after its socket was closed behind it leaves the number's keys
+alone and is reported, with where it was made, in the test in which it closed.
 """
 
 from __future__ import annotations
 
+import asyncio.selector_events
 import os
 import selectors
 import sys
@@ -30,6 +40,7 @@ from typing import Any
 _live: weakref.WeakSet[Watched] = weakref.WeakSet()
 _CLOSED = (RuntimeError, AttributeError, ValueError)  # what a selector closed meanwhile raises
 _reused: list[str] = []  # stale keys that a new file was about to take over, as found
+_orphans: list[str] = []  # transports closed after their sockets were closed behind them
 # per descriptor number, the last time a watched selector began and stopped polling it for
 # reads, and from where: a socket found with no key says who took its key away
 _read_on: dict[int, str] = {}
@@ -121,13 +132,68 @@ def install() -> None:
     ``selectors.DefaultSelector`` when a loop is made)."""
     if hasattr(selectors, "EpollSelector"):
         selectors.DefaultSelector = Watched  # type: ignore[misc]
+    _guard_transports()
+
+
+def _made_by_tests() -> str:
+    """The test running (pytest names it) and the innermost frame of the tests' own code on
+    the stack, if any (a connection made in a task of its own has none)."""
+    return f"{os.environ.get('PYTEST_CURRENT_TEST', 'no test')}, {_tests_frame()}"
+
+
+def _tests_frame() -> str:
+    frame = sys._getframe(3)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if "/tests/" in path and not path.endswith("/tests/loop_guard.py"):
+            return f"{path.rsplit('/tests/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "outside the tests' code"
+
+
+def _closed_behind(transport: Any) -> bool:
+    sock = transport._sock
+    return sock is not None and sock.fileno() < 0 and not transport._closing and not transport._conn_lost
+
+
+def _guard_transports() -> None:
+    """Wrap asyncio's selector transports: each remembers the test code that made it; one
+    closed or aborted after its socket was closed behind it leaves its old number's keys
+    alone (the number may name a newer socket now) and is reported (``stale_keys``)."""
+    cls: Any = asyncio.selector_events._SelectorTransport
+    if getattr(cls, "_guarded", False):
+        return
+    made, force_close, close = cls.__init__, cls._force_close, cls.close
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._made_at = _made_by_tests()
+        made(self, *args, **kwargs)
+
+    def _force_close(self: Any, exc: BaseException | None) -> None:
+        if _closed_behind(self):
+            _orphans.append(f"a transport (fd {self._sock_fd}, to {self._extra.get('peername')}, made at "
+                            f"{getattr(self, '_made_at', '?')}) was closed after its socket had been closed "
+                            f"behind it (a client left unclosed and collected?); it left the number's keys alone")
+            self._closing = True  # so asyncio's own close removes no key of the number
+            self._buffer.clear()
+        force_close(self, exc)
+
+    def guarded_close(self: Any) -> None:
+        if _closed_behind(self):
+            self._force_close(None)
+        else:
+            close(self)
+
+    cls.__init__, cls._force_close, cls.close, cls._guarded = __init__, _force_close, guarded_close, True
 
 
 def stale_keys() -> list[str]:
-    """Stale keys of every live watched selector (a closed loop's selector has no map), and
-    the stale keys reused since the last call."""
-    found = _reused[:]
+    """Stale keys of every live watched selector (a closed loop's selector has no map), the
+    stale keys reused since the last call, and the transports closed since then after their
+    sockets were closed behind them."""
+    found = _reused + _orphans
     _reused.clear()
+    _orphans.clear()
     for selector in list(_live):
         try:
             found += selector.stale()

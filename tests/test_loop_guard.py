@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import select
 import selectors
 import socket
 from collections.abc import Iterator
 
+from openai import AsyncOpenAI
+
 from tests import loop_guard
 from tests.loop_guard import Watched
+from tests.support import MODEL
 
 
 @contextlib.contextmanager
@@ -140,3 +144,36 @@ def test_a_socket_no_loop_polls_says_who_last_stopped_polling_it() -> None:
             loop.remove_writer(left.fileno())
             assert loop_guard.read_history(inode) == history  # a writer leaving is not a read
     assert loop_guard.read_history(10**12) == "no descriptor"
+
+
+def test_a_transport_closed_after_its_socket_leaves_the_numbers_new_keys_alone_and_is_reported() -> None:
+    with watched_loop() as (selector, loop), socket.create_server(("127.0.0.1", 0)) as server:
+        old, _ = loop.run_until_complete(loop.create_connection(asyncio.Protocol, *server.getsockname()))
+        fd = old.get_extra_info("socket").fileno()
+        # its socket object is emptied behind it, as the collector's finalising does, while the
+        # number lives on: a new connection (here the same socket, for no race on the number) takes it
+        new, _ = loop.run_until_complete(loop.create_connection(asyncio.Protocol, sock=socket.socket(
+            fileno=old._sock.detach())))  # type: ignore[attr-defined]
+        assert selector.get_key(fd).data[0]._callback == new._read_ready  # type: ignore[attr-defined]
+        old.abort()  # unguarded, this would remove the new connection's read key
+        assert selector.get_key(fd).data[0]._callback == new._read_ready  # type: ignore[attr-defined]
+        found = loop_guard.stale_keys()
+        assert len(found) == 1 and f"fd {fd}," in found[0] and "test_loop_guard.py" in found[0], found
+        new.close()
+        loop.run_until_complete(asyncio.sleep(0))  # one turn: each connection_lost runs
+
+
+async def test_an_unclosed_openai_client_collected_in_a_cycle_is_caught_when_its_late_close_runs(
+    sim_url: str,
+) -> None:
+    """The cause of the suite's two-gateway hang: the client's sockets are finalised by the
+    collector, and the close it schedules for itself runs later, on numbers maybe reused."""
+    client = AsyncOpenAI(base_url=f"{sim_url}/v1", api_key="unused", max_retries=0)
+    assert [m.id async for m in client.models.list()] == [MODEL]  # one pooled connection
+    del client
+    gc.collect()
+    late = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "AsyncClient.aclose"]  # type: ignore[union-attr]
+    assert len(late) == 1
+    await late[0]
+    found = loop_guard.stale_keys()
+    assert len(found) == 1 and "closed behind it" in found[0] and "test_an_unclosed_openai" in found[0], found

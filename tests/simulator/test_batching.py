@@ -19,20 +19,19 @@ def client_for(url: str) -> AsyncOpenAI:
 
 async def test_running_never_exceeds_max_num_seqs() -> None:
     with running_simulator(SimSettings(profile="fast", max_num_seqs=4)) as url:
-        client = client_for(url)
+        async with client_for(url) as client:
 
-        async def one(i: int) -> int:
-            r = await client.chat.completions.create(
-                model=MODEL,
-                messages=[{"role": "user", "content": f"request {i}"}],
-                max_tokens=40,
-                extra_body={"ignore_eos": True},
-            )
-            assert r.usage is not None
-            return r.usage.completion_tokens
+            async def one(i: int) -> int:
+                r = await client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": f"request {i}"}],
+                    max_tokens=40,
+                    extra_body={"ignore_eos": True},
+                )
+                assert r.usage is not None
+                return r.usage.completion_tokens
 
-        assert await asyncio.gather(*(one(i) for i in range(20))) == [40] * 20
-        await client.close()
+            assert await asyncio.gather(*(one(i) for i in range(20))) == [40] * 20
         async with httpx.AsyncClient(base_url=url) as http:
             stats = (await http.get("/sim/stats")).json()
     assert stats["peak_running"] == 4
@@ -50,47 +49,46 @@ async def served_beside_a_long_one(mode: BatchingMode) -> bool:
     """
     steps = 50
     with running_simulator(SimSettings(profile="fast", mode=mode)) as url:
-        client = client_for(url)
-        long_stream = await client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "long"}],
-            max_tokens=30_000,  # far more steps than the test reads: it is closed, never finished
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
-        chunks = long_stream.__aiter__()
-
-        async def next_token() -> None:
-            async for chunk in chunks:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    return
-            raise AssertionError("the long stream ended")
-
-        await next_token()
-        short = asyncio.create_task(
-            client.chat.completions.create(
+        async with client_for(url) as client:
+            long_stream = await client.chat.completions.create(
                 model=MODEL,
-                messages=[{"role": "user", "content": "short"}],
-                max_tokens=3,
+                messages=[{"role": "user", "content": "long"}],
+                max_tokens=30_000,  # far more steps than the test reads: it is closed, never finished
+                stream=True,
                 extra_body={"ignore_eos": True},
             )
-        )
-        async with httpx.AsyncClient(base_url=url) as http:
+            chunks = long_stream.__aiter__()
 
-            async def stats() -> dict[str, int]:
-                return (await http.get("/sim/stats")).json()
+            async def next_token() -> None:
+                async for chunk in chunks:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        return
+                raise AssertionError("the long stream ended")
 
-            while (seen := await stats())["total_requests"] < 2:
-                await next_token()
-            # the engine's own count, not the tokens read: those may have been made before
-            while (now := await stats())["tokens_generated"] < seen["tokens_generated"] + steps:
-                await next_token()
-            served = now["completed"] == 1
-            assert now["waiting"] == (0 if served else 1)
-            await long_stream.close()  # the long one is aborted; a waiting short one now runs
-            reply = await short
-            assert reply.usage is not None and reply.usage.completion_tokens == 3
-        await client.close()
+            await next_token()
+            short = asyncio.create_task(
+                client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "short"}],
+                    max_tokens=3,
+                    extra_body={"ignore_eos": True},
+                )
+            )
+            async with httpx.AsyncClient(base_url=url) as http:
+
+                async def stats() -> dict[str, int]:
+                    return (await http.get("/sim/stats")).json()
+
+                while (seen := await stats())["total_requests"] < 2:
+                    await next_token()
+                # the engine's own count, not the tokens read: those may have been made before
+                while (now := await stats())["tokens_generated"] < seen["tokens_generated"] + steps:
+                    await next_token()
+                served = now["completed"] == 1
+                assert now["waiting"] == (0 if served else 1)
+                await long_stream.close()  # the long one is aborted; a waiting short one now runs
+                reply = await short
+                assert reply.usage is not None and reply.usage.completion_tokens == 3
         return served
 
 

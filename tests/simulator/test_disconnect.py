@@ -21,22 +21,21 @@ LONG = {
 
 async def test_closing_a_stream_aborts_and_frees_the_slot() -> None:
     with running_simulator(SimSettings(profile="fast")) as url:
-        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
-        stream = await client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "go on"}],
-            max_tokens=5000,
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                break
-        await stream.close()
-        async with httpx.AsyncClient(base_url=url) as http:
-            stats = await wait_for_stats(http, lambda s: s["aborts"] == 1 and s["running"] == 0)
-            metrics = parse_metrics((await http.get("/metrics")).text)
-        await client.close()
+        async with AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
+            stream = await client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "go on"}],
+                max_tokens=5000,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    break
+            await stream.close()
+            async with httpx.AsyncClient(base_url=url) as http:
+                stats = await wait_for_stats(http, lambda s: s["aborts"] == 1 and s["running"] == 0)
+                metrics = parse_metrics((await http.get("/metrics")).text)
     assert stats["completed"] == 0
     assert stats["tokens_generated"] < 5000
     assert metrics['vllm:request_success_total{finished_reason="abort",model_name="sim-model"}'] == 1

@@ -37,10 +37,10 @@ async def test_refusal_with_status_and_retry_after(sim: httpx.AsyncClient) -> No
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert (await sim.get("/sim/stats")).json()["total_requests"] == 0  # refused before the engine
 
-    client = AsyncOpenAI(base_url=str(sim.base_url).rstrip("/") + "/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.RateLimitError):
-        await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
-    await client.close()
+    base = str(sim.base_url).rstrip("/") + "/v1"
+    async with AsyncOpenAI(base_url=base, api_key="unused", max_retries=0) as client:
+        with pytest.raises(openai.RateLimitError):
+            await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
 
     await sim.post("/sim/faults", json={})
     assert (await sim.post("/v1/chat/completions", json=BODY)).status_code == 200

@@ -16,34 +16,33 @@ LABEL = 'model_name="sim-model"'
 
 async def test_token_counters_match_usage() -> None:
     with running_simulator(SimSettings(profile="fast")) as url:
-        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
-        usages: list[tuple[int, int]] = []
+        async with AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
+            usages: list[tuple[int, int]] = []
 
-        async def plain(i: int) -> None:
-            r = await client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": f"q{i} " * i}]
-            )
-            assert r.usage is not None
-            usages.append((r.usage.prompt_tokens, r.usage.completion_tokens))
+            async def plain(i: int) -> None:
+                r = await client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": f"q{i} " * i}]
+                )
+                assert r.usage is not None
+                usages.append((r.usage.prompt_tokens, r.usage.completion_tokens))
 
-        async def streamed(i: int) -> None:
-            stream = await client.completions.create(
-                model=MODEL,
-                prompt=f"p{i}",
-                max_tokens=20,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-            tokens = 0
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].text:
-                    tokens += 1
-                elif chunk.usage is not None:
-                    assert chunk.usage.completion_tokens == tokens
-                    usages.append((chunk.usage.prompt_tokens, tokens))
+            async def streamed(i: int) -> None:
+                stream = await client.completions.create(
+                    model=MODEL,
+                    prompt=f"p{i}",
+                    max_tokens=20,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                tokens = 0
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].text:
+                        tokens += 1
+                    elif chunk.usage is not None:
+                        assert chunk.usage.completion_tokens == tokens
+                        usages.append((chunk.usage.prompt_tokens, tokens))
 
-        await asyncio.gather(*(plain(i) for i in range(6)), *(streamed(i) for i in range(6)))
-        await client.close()
+            await asyncio.gather(*(plain(i) for i in range(6)), *(streamed(i) for i in range(6)))
 
         async with httpx.AsyncClient(base_url=url) as http:
             response = await http.get("/metrics")

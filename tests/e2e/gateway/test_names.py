@@ -63,14 +63,15 @@ async def test_unknown_model_is_an_openai_404(gw: str) -> None:
 
 
 async def test_models_keep_the_backends_fields(gw: str) -> None:
-    client = openai.AsyncOpenAI(base_url=f"{gw}/v1", api_key="unused", max_retries=0)
-    listed = {m.id: m.model_dump() async for m in client.models.list()}
+    async with openai.AsyncOpenAI(base_url=f"{gw}/v1", api_key="unused", max_retries=0) as client:
+        listed = {m.id: m.model_dump() async for m in client.models.list()}
+        one = await client.models.retrieve("llama3.2")  # by the same name resolution
+        again = (await client.models.retrieve(MODEL)).model_dump()
     assert set(listed) == {MODEL, "llama3.2:latest"}  # each once
     assert listed[MODEL]["owned_by"] == "vllm" and listed[MODEL]["max_model_len"] > 0
     assert listed["llama3.2:latest"]["owned_by"] == "library"
-    one = await client.models.retrieve("llama3.2")  # by the same name resolution
     assert one.id == "llama3.2:latest"
-    assert (await client.models.retrieve(MODEL)).model_dump()["max_model_len"] == listed[MODEL]["max_model_len"]
+    assert again["max_model_len"] == listed[MODEL]["max_model_len"]
 
 
 async def test_a_model_served_twice_is_listed_once(gateway_factory: Callable[..., str], sim_url: str) -> None:
@@ -81,8 +82,8 @@ async def test_a_model_served_twice_is_listed_once(gateway_factory: Callable[...
 
 
 async def test_embeddings_are_routed_and_passed_through(gw: str) -> None:
-    client = openai.AsyncOpenAI(base_url=f"{gw}/v1", api_key="unused", max_retries=0)
-    resp = await client.embeddings.with_raw_response.create(model="small", input=["one", "two words"])
+    async with openai.AsyncOpenAI(base_url=f"{gw}/v1", api_key="unused", max_retries=0) as client:
+        resp = await client.embeddings.with_raw_response.create(model="small", input=["one", "two words"])
     assert resp.headers["x-triage-backend"] == "ollama"
     assert resp.headers["x-triage-class"] == "short"  # no output tokens: short work
     body = resp.parse()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import httpx
 import openai
@@ -12,8 +13,9 @@ from tests.support import MODEL
 
 
 @pytest.fixture
-def client(gateway: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0)
+async def client(gateway: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0) as client:
+        yield client
 
 
 async def test_chat_non_streaming(client: openai.AsyncOpenAI) -> None:

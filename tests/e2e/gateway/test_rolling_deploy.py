@@ -6,7 +6,6 @@ from collections import Counter
 from collections.abc import Callable
 
 import httpx
-import pytest
 from redis.asyncio import Redis
 
 from scheduler.queue import readback
@@ -17,17 +16,6 @@ from tests.e2e.gateway.diagnose import all_answered
 from tests.support import MODEL, eventually
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "intermittent in full runs of the suite (2 of 2 clean-clone runs on 2026-12-04; never alone or in its folder, "
-    "18 runs beside busy loops): the simulators served all 40 calls and both gateways' handlers returned all 40 "
-    "answers, yet up to 26 never reached the test's client: the answers lay unread in the client sockets' kernel "
-    "queues; why the test's loop did not read them is not known yet (diagnose.py prints every task's wait, the "
-    "kernel's socket queues, uvicorn's connection states and whether the test's loop polls each socket when it "
-    "happens; not seen in five full runs on 2026-12-07, one of them under strace with no descriptor closed twice; "
-    "seen again in a later full run that day: 17 of 40 unanswered, each hung client socket in CLOSE_WAIT with its "
-    "whole answer (about 910 bytes) and the server's FIN in its receive queue, its task in anyio's receive after "
-    "resume_reading, and no test loop holding a key for it: something had stopped polling it; the report now says "
-    "when and from where its descriptor was last polled and unpolled for reads)"))
 async def test_old_and_new_replicas_share_a_pool_without_errors(
     gateway_factory: Callable[..., str], redis: Redis, prefix: str
 ) -> None:

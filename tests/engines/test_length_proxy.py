@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -100,8 +101,11 @@ def test_the_command_builds_the_model_folder(vllm: VllmServer, tmp_path: Path) -
     "intermittent in full runs of the suite, never alone nor beside busy loops: on 2026-12-04 (2 of 2 clean-clone "
     "runs) the long stream was not paused and the dispatch script counted no refusal; on 2026-12-07 (1 of 2 full "
     "runs) it was paused after 22 tokens and resumed, yet its first part ran to its end inside vLLM (3 successes, "
-    "5,983 tokens generated for 3,005 delivered); causes not found. The failure now shows each part's course at "
-    "the sidecar (when it was asked, when the caller left or the engine's answer ended, the bytes relayed)"))
+    "5,983 tokens generated for 3,005 delivered); later that day (1 of 2 full runs) one pause was counted and two "
+    "refusals with no candidate, yet the long part ran to its end (12.7 s) and the short one reached the sidecar "
+    "only after it (the pause, it seems, met the victim as it ended); causes not found. The failure shows each "
+    "part's course at the sidecar (when it was asked, when the caller left or the engine's answer ended, the bytes "
+    "relayed) and when the short request was sent, and whether the victim had ended by then"))
 async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_delivered(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
     caplog: pytest.LogCaptureFixture,
@@ -129,6 +133,7 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
 
             # queued behind the victim once it holds the slot: paused as soon as it may be
             await granted_or_ended(victim, engine_redis, keys, "vllm", within_s=120)
+            sent = (time.monotonic(), victim.done())  # when the short one went, and whether the victim had ended
             short = await stream(http, url, {**body, "messages": [{"role": "user", "content": "quick"}]}, SHORT)
             raw = await victim
             resumed = await resumes(http, url)
@@ -140,7 +145,8 @@ async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_deli
     course = [(round(at - start, 3), n, what, value) for at, n, what, value in proxy.trace]
     warnings = [r.getMessage() for r in caplog.records]  # e.g. a pause this gateway did not act on
     # the dispatch script counts why it did not pause (``unpaused_<rule>``) in the pool's stats
-    assert b": paused" in raw, (await engine_redis.hgetall(keys.stats), course, warnings)
+    short_sent = (round(sent[0] - start, 3), "victim ended first" if sent[1] else "victim running")
+    assert b": paused" in raw, (await engine_redis.hgetall(keys.stats), course, short_sent, warnings)
     assert resumed == {"token_ids": 1}  # the sidecar knew the continuation by its ids
     delivered = sum(e["usage"]["completion_tokens"] for e in (*events(raw), *events(short)) if e.get("usage"))
     assert delivered == 3005  # the sidecar's lengths, both parts of the long one summed

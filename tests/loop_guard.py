@@ -51,9 +51,13 @@ def _where(depth: int = 7) -> str:
     """When, and the innermost callers outside this module (cheap: no source lines read)."""
     frame, parts = sys._getframe(2), []
     while frame is not None and len(parts) < depth:
-        parts.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+        parts.append(_line(frame, frame.f_code.co_filename.rsplit("/", 1)[-1]))
         frame = frame.f_back
     return f"at {time.monotonic():.3f} by " + " < ".join(parts)
+
+
+def _line(frame: Any, path: str) -> str:
+    return f"{path}:{frame.f_lineno} {frame.f_code.co_name}"
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
@@ -142,11 +146,11 @@ def _made_by_tests() -> str:
 
 
 def _tests_frame() -> str:
-    frame = sys._getframe(3)
+    frame: Any = sys._getframe()
     while frame is not None:
         path = frame.f_code.co_filename
         if "/tests/" in path and not path.endswith("/tests/loop_guard.py"):
-            return f"{path.rsplit('/tests/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+            return _line(frame, path.rsplit("/tests/", 1)[-1])
         frame = frame.f_back
     return "outside the tests' code"
 

@@ -1,5 +1,13 @@
 """An engine's server process: spawned in a process group of its own, waited on until its
-health check answers (bounded), and stopped by PID with the whole group."""
+health check answers (bounded), and stopped by PID with the whole group.
+
+A process group, not a session: with the kernel's session autogrouping (on by default), a
+session of its own is a scheduling group of its own, and a group with one busy thread on a
+core outweighs there a group whose threads are busy mostly on the other core. An engine
+that spins a thread on a core (vLLM's CPU build binds one) then starves whatever of the
+launcher's threads lands on that core: the tests' event loop stood still for seconds at a
+time. In the launcher's session the engine's threads and the launcher's share each core
+thread by thread."""
 
 from __future__ import annotations
 
@@ -36,7 +44,7 @@ def spawn_healthy(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     with log_path.open("ab" if append else "wb") as log:
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0)
     deadline = began + timeout_s
     with httpx.Client(timeout=5, trust_env=False) as client:
         while True:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import stat
 import subprocess
@@ -57,7 +58,8 @@ if os.environ.get("STANDIN_IGNORE_TERM"):
 core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(os.environ["STANDIN_OUT"], "w") as f:
     json.dump({"argv": sys.argv[1:], "core": core.pid, "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-               "offline": os.environ.get("HF_HUB_OFFLINE")}, f)
+               "offline": os.environ.get("HF_HUB_OFFLINE"), "pid": os.getpid(), "pgid": os.getpgid(0),
+               "sid": os.getsid(0)}, f)
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = {"/health": b"", "/metrics": METRICS.encode()}.get(self.path)
@@ -234,6 +236,10 @@ async def test_a_started_server_is_healthy_reads_its_metrics_and_stops_with_its_
             assert server.model == MODEL_NAME and server.log_path == spec.model_dir / "vllm.log"
             assert seen["argv"][seen["argv"].index("--port") + 1] == server.url.rsplit(":", 1)[1]
             assert seen["bind"] == "0" and seen["offline"] == "1"
+            # a process group of its own (stopped as one), in the launcher's session: a session of
+            # its own is a scheduling group of its own, whose busy core starves the launcher's
+            # threads that land there (tests/engines: the test's loop stalled for seconds)
+            assert seen["pgid"] == seen["pid"] != os.getpgid(0) and seen["sid"] == os.getsid(0)
             assert httpx.get(f"{server.url}/health").status_code == 200
             assert metric(server.metrics(), "vllm:num_requests_waiting") == 1.0
             proc = server.proc

@@ -70,7 +70,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if taken := item.stash.get(_snapshot, []):
             report.sections.append(("sockets while it ran", "\n".join(taken)))
     if report.when == "call" and hasattr(report, "wasxfail") and call.excinfo is not None:
-        _xfailed.append((item.nodeid, f"{call.excinfo.typename}: {call.excinfo.value}"[:XFAIL_TEXT_CHARS]))
+        text = f"{call.excinfo.typename}: {call.excinfo.value}"[:XFAIL_TEXT_CHARS]
+        logged = report.caplog[-XFAIL_TEXT_CHARS:]  # what the servers in the test's process logged
+        _xfailed.append((item.nodeid, text + (f"\nlogged:\n{logged}" if logged else "")))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import orjson
@@ -12,6 +14,8 @@ from redis.asyncio import Redis
 
 from scheduler.queue.keys import PoolKeys
 from tests.support import busy_is, eventually
+
+T = TypeVar("T")
 
 
 class Served(Protocol):
@@ -78,10 +82,18 @@ async def resumes(http: httpx.AsyncClient, gateway: str) -> dict[str, int]:
     return out
 
 
-async def granted_or_ended(victim: asyncio.Task[Any], redis: Redis, keys: PoolKeys, backend: str,
-                           within_s: float) -> None:
-    """Wait until ``victim`` holds ``backend``'s one slot, or has ended (nothing to pause)."""
+async def granted_or_ended(start: Callable[[], Awaitable[T]], redis: Redis, keys: PoolKeys, backend: str,
+                           within_s: float) -> asyncio.Task[T]:
+    """Start the victim (``start()``) once ``backend``'s one slot is free, and wait until it
+    holds that slot, or has ended (nothing to pause); the victim's task. The slot must be
+    free first: a request just answered (an earlier try's, or one that taught the gateway
+    an answer's shape) gives its slot back after its client has the answer, and the busy
+    count of 1 read then would be that request's. The short request sent next could then
+    take the slot before the victim and never queue behind it."""
+    await eventually(lambda: busy_is(redis, keys, 0, backend), within_s=within_s)
+    victim = asyncio.create_task(start())
     await eventually(lambda: victim.done() or busy_is(redis, keys, 1, backend), within_s=within_s)
+    return victim
 
 
 async def paused_whole(
@@ -102,14 +114,21 @@ async def paused_whole(
     seen: list[dict[str, Any]] = []
     for _ in range(tries):
         resumed_before = sum((await resumes(http, url)).values())
-        victim = asyncio.create_task(http.post(f"{url}{path}", json=body, headers=headers[0]))
-        await granted_or_ended(victim, redis, keys, backend, within_s)
+        began = time.monotonic()
+        victim = await granted_or_ended(lambda: http.post(f"{url}{path}", json=body, headers=headers[0]),
+                                        redis, keys, backend, within_s)
         ended_first = victim.done()
+        granted_s = time.monotonic() - began
         streamed = await stream(http, url, short, headers[1])
+        short_s = time.monotonic() - began
         answer = await victim
         stats = await redis.hgetall(keys.stats)
         resumed = sum((await resumes(http, url)).values()) - resumed_before
-        seen.append({"victim_ended_before_short": ended_first, "stats": stats, "resumed": resumed})
+        usage = answer.json().get("usage") if answer.status_code == 200 else answer.text[:300]
+        # seconds from the victim's start: when the test saw it granted, when the short one ended, when it ended
+        seen.append({"victim_ended_before_short": ended_first, "stats": stats, "resumed": resumed,
+                     "victim": (answer.status_code, usage), "times_s": (round(granted_s, 3), round(short_s, 3),
+                                                                         round(time.monotonic() - began, 3))})
         await redis.delete(keys.progress)
         if resumed > 0:
             break

@@ -235,9 +235,9 @@ async def test_a_paused_stream_resumes_on_llamacpp_token_for_token(
         tries: list[dict[str, Any]] = []
         for _ in range(3):  # once more if the victim ended before the short request came
             read_before = await engine_metric(llama, "llamacpp:prompt_tokens_total")
-            victim = asyncio.create_task(stream(http, url, body, {"x-triage-expected-tokens": "2000"}))
             # queued behind the victim once it holds the slot: paused as soon as it may be
-            await granted_or_ended(victim, engine_redis, keys, "llama", within_s=60)
+            victim = await granted_or_ended(lambda: stream(http, url, body, {"x-triage-expected-tokens": "2000"}),
+                                            engine_redis, keys, "llama", within_s=60)
             short = await stream(http, url, make(llama, 5, True, True, "quick"), {"x-triage-expected-tokens": "5"})
             raw = await victim
             read = await engine_metric(llama, "llamacpp:prompt_tokens_total") - read_before

@@ -43,13 +43,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(ENGINE_TEST_TIMEOUT_S))
 
 
-# what the intermittent engine tests' markers say first
-STARVED = (
-    "likely cause found on 2026-12-07 and fixed: the engine ran in a session of its own, and the kernel's session "
-    "autogrouping let its busy core starve the test process's threads that landed there (the test's event loop stood "
-    "still for 0.9-3.5 s at a time while a victim ran; 2-6 ms since); still marked until full runs show it gone. "
-    "Before: "
-)
 MAX_NUM_SEQS = 4
 MAX_IN_ENGINE = 6  # --max-num-queued-reqs: running + waiting
 MAX_MODEL_LEN = 16384  # the tiny model's own context

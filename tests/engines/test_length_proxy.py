@@ -17,7 +17,7 @@ from loadtests.engines.length_proxy import LengthProxy
 from loadtests.engines.vllm import VllmServer
 from scheduler.queue.keys import PoolKeys
 from tests.engines.calls import granted_or_ended
-from tests.engines.conftest import ONE_SLOT, PAUSING, STARVED
+from tests.engines.conftest import ONE_SLOT, PAUSING
 from tests.engines.test_vllm import (
     LONG,
     SHORT,
@@ -96,15 +96,6 @@ def test_the_command_builds_the_model_folder(vllm: VllmServer, tmp_path: Path) -
     assert (tmp_path / "m" / "model.safetensors").is_file() and (tmp_path / "m" / "tokenizer.json").is_file()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    STARVED + "intermittent in full runs of the suite, never alone nor beside busy loops: on 2026-12-04 (2 of 2 clean-clone "
-    "runs) the long stream was not paused and the dispatch script counted no refusal; on 2026-12-07 (1 of 2 full "
-    "runs) it was paused after 22 tokens and resumed, yet its first part ran to its end inside vLLM (3 successes, "
-    "5,983 tokens generated for 3,005 delivered); later that day (1 of 2 full runs) one pause was counted and two "
-    "refusals with no candidate, yet the long part ran to its end (12.7 s) and the short one reached the sidecar "
-    "only after it (the pause, it seems, met the victim as it ended); causes not found. The failure shows each "
-    "part's course at the sidecar (when it was asked, when the caller left or the engine's answer ended, the bytes "
-    "relayed) and when the short request was sent, and whether the victim had ended by then"))
 async def test_a_stream_paused_through_the_sidecar_costs_vllm_only_what_was_delivered(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
     caplog: pytest.LogCaptureFixture,

@@ -33,7 +33,7 @@ from tests.engines.calls import (
     stream,
     text_of,
 )
-from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS, ONE_SLOT, PAUSING, STARVED
+from tests.engines.conftest import FILL_TOKENS, MAX_IN_ENGINE, MAX_NUM_SEQS, ONE_SLOT, PAUSING
 from tests.support import eventually
 
 LONG = {"x-triage-expected-tokens": "2000"}  # predicted long: lowest engine priority, may be paused
@@ -160,9 +160,6 @@ async def test_a_client_that_disconnects_aborts_the_request_in_vllm(
     assert 0 < made < FILL_TOKENS, made
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    STARVED + "intermittent in full runs of the suite (2 of the last 3 clean-clone runs; it passes alone and in "
-    "the engines folder): the gateway never sees vLLM with 4 running and 2 waiting; cause not found"))
 async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_gateway: Callable[..., str]) -> None:
     """The engine's queue, read from its ``/metrics``, cuts the limit. The latency targets are
     off (only the engine's queue is under test here)."""
@@ -198,10 +195,6 @@ async def test_the_adaptive_limit_reads_vllms_metrics(vllm: VllmServer, engine_g
     await on_engine(lambda: engine_idle(vllm), within_s=60)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    STARVED + "intermittent in full runs of the suite (1 clean-clone run of the last several; it passes alone "
-    "and in the engines folder): vLLM counted no refusal within 120 s of the gateway's requests; cause "
-    "not found (its failure message says what the gateway and vLLM each saw)"))
 async def test_a_full_vllm_queue_is_absorbed_by_the_gateway_queue(
     vllm: VllmServer, engine_gateway: Callable[..., str]
 ) -> None:
@@ -336,15 +329,7 @@ async def _waiting_is(vllm: VllmServer, n: int) -> bool:
     return await engine_metric(vllm, "vllm:num_requests_waiting") == n
 
 
-FLAKY_PAUSE = pytest.mark.xfail(strict=False, reason=(
-    STARVED + "intermittent: sometimes no pause is taken and the pool's stats hash stays empty (the short "
-    "request found a free slot: the victim was started while the request before it still held the slot, whose "
-    "busy count the test took for the victim's; fixed the same day in granted_or_ended), or the pause met a victim "
-    "whose reply had all come in (the test's loop starved while it ran)"))
-
-
-@pytest.mark.parametrize("make", [pytest.param(chat, marks=FLAKY_PAUSE), pytest.param(completion, marks=FLAKY_PAUSE)],
-                         ids=["chat", "completions"])
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
 async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
     make: Callable[..., dict],
@@ -399,8 +384,7 @@ async def test_a_paused_stream_resumes_on_vllm_to_the_length_asked(
     assert chunk_fields(chunks) == chunk_fields(unpaused)
 
 
-@pytest.mark.parametrize("make", [pytest.param(chat, marks=FLAKY_PAUSE), pytest.param(completion, marks=FLAKY_PAUSE)],
-                         ids=["chat", "completions"])
+@pytest.mark.parametrize("make", [chat, completion], ids=["chat", "completions"])
 async def test_a_paused_whole_request_gets_vllms_own_answer(
     vllm: VllmServer, engine_gateway: Callable[..., str], engine_redis: Redis, prefix: str,
     make: Callable[..., dict],
